@@ -1,0 +1,681 @@
+// Megatron-style arguments -> RunConfig: option binding, the JSON config file, derived defaults
+// and every validation rule (SPEC 10, 12; issue "Foundation" item 4).
+#include "core/args.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem {
+namespace {
+
+// Reads `--config FILE.json`: one object whose keys are long option names without the dashes
+// ("micro-batch-size" or "micro_batch_size"). Numbers, strings, booleans (flags) and arrays.
+class JsonConfigFormatter : public CLI::Config {
+ public:
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override {
+    throw CLI::ConversionError("writing a JSON config is not supported");
+  }
+
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    nlohmann::json document;
+    try {
+      document = nlohmann::json::parse(input);
+    } catch (const nlohmann::json::parse_error& error) {
+      throw CLI::ConversionError("--config: the file is not valid JSON (" +
+                                 std::string(error.what()) +
+                                 "); fix: write one JSON object of option names to values");
+    }
+    if (!document.is_object()) {
+      throw CLI::ConversionError(
+          "--config: the file must hold one JSON object; fix: {\"micro-batch-size\": 1, ...}");
+    }
+    std::vector<CLI::ConfigItem> items;
+    for (const auto& [key, value] : document.items()) {
+      CLI::ConfigItem item;
+      item.name = key;
+      for (char& c : item.name) {
+        if (c == '_') c = '-';
+      }
+      auto text_of = [&key](const nlohmann::json& element) -> std::string {
+        if (element.is_string()) return element.get<std::string>();
+        if (element.is_boolean()) return element.get<bool>() ? "true" : "false";
+        if (element.is_number()) return element.dump();
+        throw CLI::ConversionError("--config: key \"" + key +
+                                   "\" holds an object or null; fix: give a number, string, "
+                                   "boolean or array");
+      };
+      if (value.is_array()) {
+        for (const auto& element : value) item.inputs.push_back(text_of(element));
+      } else {
+        item.inputs.push_back(text_of(value));
+      }
+      items.push_back(std::move(item));
+    }
+    return items;
+  }
+};
+
+std::string text(double value) {
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+std::string text(std::int64_t value) { return std::to_string(value); }
+
+// Collects broken rules; `check(condition, ...)` records one when the condition is false.
+class Checker {
+ public:
+  void fail(std::string field, std::string value, std::string rule, std::string fix) {
+    issues_.push_back({std::move(field), std::move(value), std::move(rule), std::move(fix)});
+  }
+  void check(bool ok, std::string field, std::string value, std::string rule, std::string fix) {
+    if (!ok) fail(std::move(field), std::move(value), std::move(rule), std::move(fix));
+  }
+  void throw_if_any() const {
+    if (!issues_.empty()) throw ConfigError(issues_);
+  }
+
+ private:
+  std::vector<ConfigIssue> issues_;
+};
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<ConfigIssue> issues)
+    : std::runtime_error(format_issues(issues)), issues_(std::move(issues)) {}
+
+std::string format_issues(const std::vector<ConfigIssue>& issues) {
+  std::string out;
+  for (const auto& issue : issues) {
+    out += "error: " + issue.field + " = " + issue.value + ": " + issue.rule + "; fix: " +
+           issue.fix + "\n";
+  }
+  return out;
+}
+
+std::optional<double> parse_token_count(const std::string& input) {
+  if (input.empty()) return std::nullopt;
+  double multiplier = 1.0;
+  std::string digits = input;
+  switch (input.back()) {
+    case 'K': case 'k': multiplier = 1e3; break;
+    case 'M': case 'm': multiplier = 1e6; break;
+    case 'B': case 'b': case 'G': case 'g': multiplier = 1e9; break;
+    case 'T': case 't': multiplier = 1e12; break;
+    default: break;
+  }
+  if (multiplier != 1.0) digits.pop_back();
+  if (digits.empty()) return std::nullopt;
+  std::size_t consumed = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(digits, &consumed);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (consumed != digits.size() || !std::isfinite(value) || value <= 0.0) return std::nullopt;
+  return value * multiplier;
+}
+
+bool RunArguments::given(const std::string& long_name) const {
+  const CLI::Option* option = app->get_option_no_throw(long_name);
+  return option != nullptr && option->count() > 0;
+}
+
+void add_run_options(CLI::App& app, RunArguments& args) {
+  args.app = &app;
+  RunConfig& v = args.values;
+  app.config_formatter(std::make_shared<JsonConfigFormatter>());
+  app.allow_config_extras(false);
+  app.set_config("--config", "", "JSON file of run options (keys: option names without --); "
+                                 "command-line arguments override it");
+
+  const std::string model = "Model (SPEC 4)";
+  app.add_option("--num-layers", v.model.num_layers, "decoder blocks L")
+      ->capture_default_str()->group(model);
+  app.add_option("--hidden-size", v.model.hidden_size, "model width d")
+      ->capture_default_str()->group(model);
+  app.add_option("--ffn-hidden-size", v.model.ffn_hidden_size,
+                 "SwiGLU hidden size F (default: Megatron's int(8d/3 / 64) x 64, at least 64)")
+      ->group(model);
+  app.add_option("--num-attention-heads", v.model.num_attention_heads, "query heads H")
+      ->capture_default_str()->group(model);
+  app.add_option("--num-query-groups", v.model.num_query_groups,
+                 "key/value groups G with --group-query-attention (default: H)")
+      ->group(model);
+  app.add_flag("--group-query-attention", args.group_query_attention,
+               "use --num-query-groups key/value groups")->group(model);
+  app.add_option("--vocab-size", v.model.vocab_size,
+                 "tokenizer vocabulary before padding (tokens; byte tokenizer: 258)")
+      ->capture_default_str()->group(model);
+  app.add_option("--make-vocab-size-divisible-by", v.model.make_vocab_size_divisible_by,
+                 "pad the vocabulary to a multiple of this x TP")
+      ->capture_default_str()->group(model);
+  app.add_option("--seq-length", v.model.seq_length, "input positions per sample (tokens)")
+      ->capture_default_str()->group(model);
+  app.add_option("--max-position-embeddings", args.max_position_embeddings,
+                 "accepted for Megatron; must be >= --seq-length when given")->group(model);
+  app.add_flag("--swiglu", args.swiglu, "accepted for Megatron; tandem's MLP is always SwiGLU")
+      ->group(model);
+  app.add_option("--normalization", args.normalization, "RMSNorm (the only one supported)")
+      ->capture_default_str()->group(model);
+  app.add_option("--position-embedding-type", args.position_embedding_type,
+                 "rope (the only one supported)")->capture_default_str()->group(model);
+  app.add_flag("--disable-bias-linear", args.disable_bias_linear,
+               "no biases in linear layers (the default)")->group(model);
+  app.add_flag("--add-bias-linear", v.model.add_bias_linear, "biases in linear layers")
+      ->group(model);
+  app.add_flag("--untie-embeddings-and-output-weights", args.untie_embeddings,
+               "separate embedding and output matrices (tandem's default)")->group(model);
+  app.add_flag("--tie-embeddings-and-output-weights", args.tie_embeddings,
+               "one matrix for embedding and output (tandem's own option)")->group(model);
+  app.add_option("--rotary-base", v.model.rotary_base, "RoPE base")
+      ->capture_default_str()->group(model);
+  app.add_option("--norm-epsilon", v.model.norm_epsilon, "RMSNorm epsilon")
+      ->capture_default_str()->group(model);
+  app.add_option("--init-method-std", v.model.init_method_std, "std of the normal init")
+      ->capture_default_str()->group(model);
+
+  const std::string parallel = "Parallel layout";
+  app.add_option("--tensor-model-parallel-size", v.parallel.tensor_parallel, "TP ranks")
+      ->capture_default_str()->group(parallel);
+  app.add_option("--pipeline-model-parallel-size", v.parallel.pipeline_parallel, "PP ranks")
+      ->capture_default_str()->group(parallel);
+  app.add_option("--context-parallel-size", v.parallel.context_parallel, "CP ranks")
+      ->capture_default_str()->group(parallel);
+  app.add_option("--num-layers-per-virtual-pipeline-stage", args.num_layers_per_virtual_stage,
+                 "layers per interleaved pipeline chunk (default: not interleaved)")
+      ->group(parallel);
+  app.add_option("--world-size", v.parallel.world_size,
+                 "ranks in all, for planning without a launcher (default: TP x PP x CP x DP)")
+      ->group(parallel);
+  app.add_option("--data-parallel-size", args.data_parallel_size,
+                 "DP replicas (the reference engine emulates them in-process; default: "
+                 "world / (TP x PP x CP))")->group(parallel);
+  app.add_flag("--sequence-parallel", v.parallel.sequence_parallel,
+               "shard norms and dropout over TP (requires TP > 1)")->group(parallel);
+  app.add_flag("--use-distributed-optimizer", v.parallel.use_distributed_optimizer,
+               "shard fp32 main params and Adam moments over DP")->group(parallel);
+  app.add_flag("--overlap-grad-reduce", v.parallel.overlap_grad_reduce,
+               "overlap the gradient reduction with backward")->group(parallel);
+  app.add_flag("--overlap-param-gather", v.parallel.overlap_param_gather,
+               "overlap the parameter all-gather with forward")->group(parallel);
+
+  const std::string batch = "Batch";
+  app.add_option("--micro-batch-size", v.batch.micro_batch_size, "samples per microbatch")
+      ->capture_default_str()->group(batch);
+  app.add_option("--global-batch-size", v.batch.global_batch_size,
+                 "samples per update = mbs x microbatches x DP")
+      ->capture_default_str()->group(batch);
+
+  const std::string optimizer = "Optimizer (SPEC 6, 7)";
+  app.add_option("--optimizer", args.optimizer, "adam (AdamW with decoupled weight decay)")
+      ->capture_default_str()->group(optimizer);
+  app.add_option("--adam-beta1", v.optimizer.adam_beta1, "first-moment decay in [0, 1)")
+      ->capture_default_str()->group(optimizer);
+  app.add_option("--adam-beta2", v.optimizer.adam_beta2, "second-moment decay in [0, 1)")
+      ->capture_default_str()->group(optimizer);
+  app.add_option("--adam-eps", v.optimizer.adam_eps, "added to sqrt(v_hat), > 0")
+      ->capture_default_str()->group(optimizer);
+  app.add_option("--clip-grad", v.optimizer.clip_grad, "global gradient-norm threshold; 0 = off")
+      ->capture_default_str()->group(optimizer);
+  app.add_option("--weight-decay", v.schedule.weight_decay, "decoupled weight decay coefficient")
+      ->capture_default_str()->group(optimizer);
+  app.add_option("--weight-decay-incr-style", args.weight_decay_incr_style,
+                 "constant | linear | cosine")->capture_default_str()->group(optimizer);
+  app.add_option("--start-weight-decay", v.schedule.start_weight_decay,
+                 "wd at sample 0 (linear/cosine styles)")->group(optimizer);
+  app.add_option("--end-weight-decay", v.schedule.end_weight_decay,
+                 "wd at the end of training (linear/cosine styles)")->group(optimizer);
+  app.add_flag("--bf16", v.optimizer.bf16, "bf16 compute weights and activations, fp32 main state")
+      ->group(optimizer);
+  app.add_flag("--fp16", args.fp16, "not supported by tandem (use --bf16)")->group(optimizer);
+
+  const std::string schedule = "Learning-rate schedule (SPEC 8; samples are sequences)";
+  app.add_option("--lr", v.schedule.lr, "peak learning rate")
+      ->capture_default_str()->group(schedule);
+  app.add_option("--min-lr", v.schedule.min_lr, "learning rate after decay")
+      ->capture_default_str()->group(schedule);
+  app.add_option("--lr-warmup-init", v.schedule.lr_warmup_init, "learning rate of update 1")
+      ->capture_default_str()->group(schedule);
+  app.add_option("--lr-decay-style", args.lr_decay_style, "linear | cosine | constant")
+      ->capture_default_str()->group(schedule);
+  app.add_option("--train-samples", v.schedule.train_samples,
+                 "samples to train (rounded down to whole updates)")->group(schedule);
+  app.add_option("--lr-warmup-samples", v.schedule.lr_warmup_samples, "warmup span W (samples)")
+      ->capture_default_str()->group(schedule);
+  app.add_option("--lr-decay-samples", v.schedule.lr_decay_samples,
+                 "decay span D from sample 0 (samples; default: --train-samples)")
+      ->group(schedule);
+  app.add_option("--train-iters", args.train_iters, "updates to train (iteration-based)")
+      ->group(schedule);
+  app.add_option("--lr-warmup-iters", args.lr_warmup_iters, "warmup span (updates)")
+      ->group(schedule);
+  app.add_option("--lr-decay-iters", args.lr_decay_iters, "decay span (updates)")
+      ->group(schedule);
+  app.add_option("--lr-warmup-fraction", args.lr_warmup_fraction,
+                 "warmup span as a fraction of the decay span")->group(schedule);
+  app.add_option("--train-tokens", args.train_tokens,
+                 "token budget such as 10T (tokens; rounded down to whole updates)")
+      ->group(schedule);
+  app.add_option("--lr-warmup-tokens", args.lr_warmup_tokens,
+                 "warmup such as 20B (tokens; rounded up to whole updates)")->group(schedule);
+
+  const std::string data = "Data and loss (SPEC 2, 3, 5)";
+  app.add_option("--data-path", args.data_paths,
+                 "PREFIX of PREFIX.bin/.idx (default: the embedded corpus)")->group(data);
+  app.add_option("--split", v.data.split, "Megatron's train,valid,test weights (default: all "
+                                          "train)")->group(data);
+  app.add_option("--data-order", args.data_order, "sequential | shuffled (per epoch, from --seed)")
+      ->capture_default_str()->group(data);
+  app.add_option("--packing", args.packing, "concat | units")->capture_default_str()->group(data);
+  app.add_flag("--reset-position-ids,!--no-reset-position-ids", v.data.reset_position_ids,
+               "positions restart after each EOD (default on)")->group(data);
+  app.add_flag("--reset-attention-mask,!--no-reset-attention-mask", v.data.reset_attention_mask,
+               "attention stays inside each document (default on)")->group(data);
+  app.add_flag("--eod-mask-loss,!--no-eod-mask-loss", v.data.eod_mask_loss,
+               "no loss where the input token is EOD (default on)")->group(data);
+  app.add_option("--loss-normalization", args.loss_normalization,
+                 "per-token | microbatch-mean")->capture_default_str()->group(data);
+  app.add_flag("--calculate-per-token-loss", args.calculate_per_token_loss,
+               "Megatron's spelling of --loss-normalization per-token")->group(data);
+  app.add_option("--seed", v.data.seed, "seed of every random stream")
+      ->capture_default_str()->group(data);
+
+  const std::string checkpoint = "Checkpoints (SPEC 9)";
+  app.add_option("--save", v.checkpoint.save, "directory for checkpoints")->group(checkpoint);
+  app.add_option("--load", v.checkpoint.load, "checkpoint directory to resume from")
+      ->group(checkpoint);
+  app.add_option("--save-interval", v.checkpoint.save_interval,
+                 "updates between checkpoints (0 = at the end only)")
+      ->capture_default_str()->group(checkpoint);
+  app.add_flag("--override-opt-param-scheduler", v.checkpoint.override_opt_param_scheduler,
+               "allow a changed optimizer or schedule setting on resume")->group(checkpoint);
+}
+
+RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch) {
+  RunConfig config = args.values;
+  Checker checker;
+  auto& model = config.model;
+  auto& parallel = config.parallel;
+  auto& batch = config.batch;
+  auto& optimizer = config.optimizer;
+  auto& schedule = config.schedule;
+  auto& data = config.data;
+
+  // Names and unsupported Megatron choices.
+  checker.check(args.normalization == "RMSNorm", "--normalization", args.normalization,
+                "tandem implements RMSNorm only (SPEC 4)", "use --normalization RMSNorm");
+  checker.check(args.position_embedding_type == "rope", "--position-embedding-type",
+                args.position_embedding_type, "tandem implements rotary embeddings only (SPEC 4)",
+                "use --position-embedding-type rope");
+  checker.check(args.optimizer == "adam", "--optimizer", args.optimizer,
+                "tandem implements AdamW (Megatron's adam with decoupled decay) only (SPEC 7)",
+                "use --optimizer adam");
+  checker.check(!args.fp16, "--fp16", "true", "fp16 training is not supported (SPEC 7)",
+                "use --bf16, or neither for fp32");
+  checker.check(!(args.disable_bias_linear && model.add_bias_linear), "--add-bias-linear", "true",
+                "contradicts --disable-bias-linear", "give only one of the two");
+  checker.check(!(args.untie_embeddings && args.tie_embeddings),
+                "--tie-embeddings-and-output-weights", "true",
+                "contradicts --untie-embeddings-and-output-weights", "give only one of the two");
+  model.tie_embeddings = args.tie_embeddings;
+
+  if (args.lr_decay_style == "linear") {
+    schedule.lr_decay_style = LrDecayStyle::linear;
+  } else if (args.lr_decay_style == "cosine") {
+    schedule.lr_decay_style = LrDecayStyle::cosine;
+  } else if (args.lr_decay_style == "constant") {
+    schedule.lr_decay_style = LrDecayStyle::constant;
+  } else {
+    checker.fail("--lr-decay-style", args.lr_decay_style,
+                 "tandem supports linear, cosine and constant (SPEC 8)",
+                 "use one of linear, cosine, constant");
+  }
+  if (args.weight_decay_incr_style == "constant") {
+    schedule.weight_decay_incr_style = WeightDecayIncrStyle::constant;
+  } else if (args.weight_decay_incr_style == "linear") {
+    schedule.weight_decay_incr_style = WeightDecayIncrStyle::linear;
+  } else if (args.weight_decay_incr_style == "cosine") {
+    schedule.weight_decay_incr_style = WeightDecayIncrStyle::cosine;
+  } else {
+    checker.fail("--weight-decay-incr-style", args.weight_decay_incr_style,
+                 "must be constant, linear or cosine (Megatron)", "use one of those three");
+  }
+  if (args.loss_normalization == "per-token") {
+    data.loss_normalization = LossNormalization::per_token;
+  } else if (args.loss_normalization == "microbatch-mean") {
+    data.loss_normalization = LossNormalization::microbatch_mean;
+  } else {
+    checker.fail("--loss-normalization", args.loss_normalization,
+                 "must be per-token or microbatch-mean (SPEC 5)", "use one of those two");
+  }
+  checker.check(!(args.calculate_per_token_loss &&
+                  data.loss_normalization != LossNormalization::per_token),
+                "--calculate-per-token-loss", "true",
+                "contradicts --loss-normalization " + args.loss_normalization,
+                "give only one of the two");
+  if (args.data_order == "sequential") {
+    data.data_order = DataOrder::sequential;
+  } else if (args.data_order == "shuffled") {
+    data.data_order = DataOrder::shuffled;
+  } else {
+    checker.fail("--data-order", args.data_order, "must be sequential or shuffled (SPEC 12)",
+                 "use one of those two");
+  }
+  if (args.packing == "concat") {
+    data.packing = Packing::concat;
+  } else if (args.packing == "units") {
+    data.packing = Packing::units;
+  } else {
+    checker.fail("--packing", args.packing, "must be concat or units (SPEC 2)",
+                 "use one of those two");
+  }
+  if (args.data_paths.size() > 1) {
+    checker.fail("--data-path", std::to_string(args.data_paths.size()) + " values",
+                 "tandem reads one dataset prefix (blending is not supported yet)",
+                 "give one PREFIX");
+  } else if (args.data_paths.size() == 1) {
+    data.data_path = args.data_paths.front();
+  }
+  checker.throw_if_any();
+
+  // Model shape.
+  auto positive = [&](std::int64_t value, const char* field) {
+    checker.check(value >= 1, field, text(value), "must be at least 1", "give a positive count");
+  };
+  positive(model.num_layers, "--num-layers");
+  positive(model.hidden_size, "--hidden-size");
+  positive(model.num_attention_heads, "--num-attention-heads");
+  positive(model.vocab_size, "--vocab-size");
+  positive(model.make_vocab_size_divisible_by, "--make-vocab-size-divisible-by");
+  positive(model.seq_length, "--seq-length");
+  positive(parallel.tensor_parallel, "--tensor-model-parallel-size");
+  positive(parallel.pipeline_parallel, "--pipeline-model-parallel-size");
+  positive(parallel.context_parallel, "--context-parallel-size");
+  positive(batch.micro_batch_size, "--micro-batch-size");
+  positive(batch.global_batch_size, "--global-batch-size");
+  checker.throw_if_any();
+
+  if (!args.given("--ffn-hidden-size")) {
+    model.ffn_hidden_size = std::max<std::int64_t>(64, (8 * model.hidden_size / 3) / 64 * 64);
+  }
+  positive(model.ffn_hidden_size, "--ffn-hidden-size");
+  if (!args.group_query_attention) {
+    checker.check(!args.given("--num-query-groups") ||
+                      model.num_query_groups == model.num_attention_heads,
+                  "--num-query-groups", text(model.num_query_groups),
+                  "takes effect only with --group-query-attention",
+                  "add --group-query-attention, or drop --num-query-groups");
+    model.num_query_groups = model.num_attention_heads;
+  } else if (!args.given("--num-query-groups")) {
+    checker.fail("--num-query-groups", "(not given)",
+                 "--group-query-attention needs the number of key/value groups",
+                 "give --num-query-groups G with H divisible by G");
+  }
+  positive(model.num_query_groups, "--num-query-groups");
+  checker.throw_if_any();
+
+  const std::int64_t tp = parallel.tensor_parallel;
+  const std::int64_t pp = parallel.pipeline_parallel;
+  const std::int64_t cp = parallel.context_parallel;
+  checker.check(model.hidden_size % model.num_attention_heads == 0, "--hidden-size",
+                text(model.hidden_size),
+                "must be divisible by --num-attention-heads (" +
+                    text(model.num_attention_heads) + ")",
+                "choose a width that is a multiple of the head count");
+  checker.check(model.num_attention_heads % model.num_query_groups == 0, "--num-attention-heads",
+                text(model.num_attention_heads),
+                "must be divisible by --num-query-groups (" + text(model.num_query_groups) + ")",
+                "choose G dividing H");
+  checker.check(model.num_attention_heads % tp == 0, "--num-attention-heads",
+                text(model.num_attention_heads),
+                "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
+                "choose H a multiple of TP, or a smaller TP");
+  checker.check(model.num_query_groups % tp == 0, "--num-query-groups",
+                text(model.num_query_groups),
+                "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
+                "choose G a multiple of TP, or a smaller TP");
+  checker.check(model.num_layers % pp == 0, "--num-layers", text(model.num_layers),
+                "must be divisible by --pipeline-model-parallel-size (" + text(pp) + ")",
+                "choose L a multiple of PP");
+  checker.check(model.head_dim() % 2 == 0 || model.hidden_size % model.num_attention_heads != 0,
+                "--hidden-size", text(model.hidden_size),
+                "head dim d/H must be even for rotary pairs (SPEC 4)",
+                "choose d and H with an even d/H");
+  checker.check(!parallel.sequence_parallel || tp > 1, "--sequence-parallel", "true",
+                "requires --tensor-model-parallel-size > 1 (Megatron)",
+                "drop --sequence-parallel or raise TP");
+  checker.check(args.max_position_embeddings == 0 ||
+                    args.max_position_embeddings >= model.seq_length,
+                "--max-position-embeddings", text(args.max_position_embeddings),
+                "must be at least --seq-length (" + text(model.seq_length) + ")",
+                "raise it or drop it");
+  checker.check(model.norm_epsilon > 0.0, "--norm-epsilon", text(model.norm_epsilon),
+                "must be > 0", "use 1e-5");
+  checker.check(model.rotary_base > 0.0, "--rotary-base", text(model.rotary_base),
+                "must be > 0", "use 10000");
+  checker.check(model.init_method_std > 0.0, "--init-method-std", text(model.init_method_std),
+                "must be > 0", "use 0.02");
+  model.padded_vocab_size = round_up(model.vocab_size, model.make_vocab_size_divisible_by * tp);
+
+  if (args.num_layers_per_virtual_stage > 0) {
+    const std::int64_t layers_per_stage = model.num_layers / pp;
+    checker.check(pp > 1, "--num-layers-per-virtual-pipeline-stage",
+                  text(args.num_layers_per_virtual_stage),
+                  "interleaving needs --pipeline-model-parallel-size > 1 (Megatron)",
+                  "drop it or raise PP");
+    checker.check(layers_per_stage % args.num_layers_per_virtual_stage == 0,
+                  "--num-layers-per-virtual-pipeline-stage",
+                  text(args.num_layers_per_virtual_stage),
+                  "must divide the layers per pipeline stage (" + text(layers_per_stage) + ")",
+                  "choose a divisor of L / PP");
+    if (layers_per_stage % args.num_layers_per_virtual_stage == 0) {
+      parallel.virtual_pipeline_stages = layers_per_stage / args.num_layers_per_virtual_stage;
+    }
+  }
+
+  // World size and DP: the launcher when training; --world-size or --data-parallel-size when not.
+  const std::int64_t model_parallel = tp * pp * cp;
+  std::optional<std::int64_t> world;
+  std::string world_source = "--world-size";
+  if (launch.launched_world_size) {
+    world = *launch.launched_world_size;
+    world_source = "launch world size";
+    checker.check(!args.given("--world-size") || parallel.world_size == *world, "--world-size",
+                  text(parallel.world_size),
+                  "differs from the " + text(*world) + " ranks the launcher started",
+                  "drop --world-size when training");
+  } else if (args.given("--world-size")) {
+    world = parallel.world_size;
+  }
+  if (world) {
+    checker.check(*world >= 1 && *world % model_parallel == 0, world_source, text(*world),
+                  "TP x PP x CP x DP must equal the world size; TP x PP x CP = " +
+                      text(model_parallel),
+                  "use a world size that is a multiple of " + text(model_parallel));
+    parallel.data_parallel = *world / model_parallel;
+    checker.check(args.data_parallel_size == 0 || args.data_parallel_size == parallel.data_parallel,
+                  "--data-parallel-size", text(args.data_parallel_size),
+                  "TP x PP x CP x DP must equal the world size (" + text(*world) + ")",
+                  "use --data-parallel-size " + text(std::max<std::int64_t>(parallel.data_parallel, 1)) +
+                      " or drop it");
+  } else {
+    parallel.data_parallel = args.data_parallel_size > 0 ? args.data_parallel_size : 1;
+    checker.check(args.data_parallel_size >= 0, "--data-parallel-size",
+                  text(args.data_parallel_size), "must be at least 1", "give a positive count");
+  }
+  parallel.world_size = model_parallel * parallel.data_parallel;
+  checker.throw_if_any();
+
+  const std::int64_t samples_per_microbatch_round = batch.micro_batch_size * parallel.data_parallel;
+  checker.check(batch.global_batch_size % samples_per_microbatch_round == 0,
+                "--global-batch-size", text(batch.global_batch_size),
+                "must be divisible by --micro-batch-size x DP (" + text(batch.micro_batch_size) +
+                    " x " + text(parallel.data_parallel) + " = " +
+                    text(samples_per_microbatch_round) + ")",
+                "use a multiple of " + text(samples_per_microbatch_round));
+
+  // Optimizer.
+  checker.check(optimizer.adam_beta1 >= 0.0 && optimizer.adam_beta1 < 1.0, "--adam-beta1",
+                text(optimizer.adam_beta1), "must lie in [0, 1)", "use 0.9");
+  checker.check(optimizer.adam_beta2 >= 0.0 && optimizer.adam_beta2 < 1.0, "--adam-beta2",
+                text(optimizer.adam_beta2), "must lie in [0, 1)", "use 0.95 or 0.999");
+  checker.check(optimizer.adam_eps > 0.0, "--adam-eps", text(optimizer.adam_eps), "must be > 0",
+                "use 1e-8");
+  checker.check(optimizer.clip_grad >= 0.0, "--clip-grad", text(optimizer.clip_grad),
+                "must be >= 0 (0 disables clipping)", "use 1.0 or 0");
+  checker.check(schedule.weight_decay >= 0.0, "--weight-decay", text(schedule.weight_decay),
+                "must be >= 0", "use 0.1 or 0");
+
+  // Learning rate values.
+  checker.check(schedule.lr > 0.0, "--lr", text(schedule.lr), "must be > 0",
+                "give the peak learning rate");
+  checker.check(schedule.min_lr >= 0.0 && schedule.min_lr <= schedule.lr, "--min-lr",
+                text(schedule.min_lr), "must satisfy 0 <= min-lr <= lr (" + text(schedule.lr) + ")",
+                "lower --min-lr or raise --lr");
+  checker.check(schedule.lr_warmup_init >= 0.0 && schedule.lr_warmup_init <= schedule.lr,
+                "--lr-warmup-init", text(schedule.lr_warmup_init),
+                "must satisfy 0 <= lr-warmup-init <= lr", "use 0");
+  checker.throw_if_any();
+
+  // Schedule spans: samples, iterations or tokens, never mixed (Megatron asserts the same).
+  const std::int64_t gbs = batch.global_batch_size;
+  const std::int64_t tokens_per_update = gbs * model.seq_length;
+  const bool sample_based = args.given("--train-samples") || args.given("--lr-warmup-samples") ||
+                            args.given("--lr-decay-samples");
+  const bool iteration_based = args.given("--train-iters") || args.given("--lr-warmup-iters") ||
+                               args.given("--lr-decay-iters");
+  const bool token_based = args.given("--train-tokens") || args.given("--lr-warmup-tokens");
+  if (sample_based && iteration_based) {
+    checker.fail("--train-iters/--lr-*-iters", "given",
+                 "sample-based and iteration-based schedule options must not be mixed",
+                 "give the spans all in samples or all in iterations");
+  }
+  checker.check(!(args.given("--train-tokens") &&
+                  (args.given("--train-samples") || args.given("--train-iters"))),
+                "--train-tokens", args.train_tokens,
+                "gives the training length a second time", "drop --train-samples/--train-iters");
+  checker.check(!(args.given("--lr-warmup-tokens") &&
+                  (args.given("--lr-warmup-samples") || args.given("--lr-warmup-iters") ||
+                   args.given("--lr-warmup-fraction"))),
+                "--lr-warmup-tokens", args.lr_warmup_tokens, "gives the warmup a second time",
+                "drop the other warmup option");
+  checker.check(!(args.given("--lr-warmup-fraction") &&
+                  (args.given("--lr-warmup-samples") || args.given("--lr-warmup-iters"))),
+                "--lr-warmup-fraction", text(args.lr_warmup_fraction),
+                "gives the warmup a second time (Megatron asserts the same)",
+                "give one warmup option");
+  checker.throw_if_any();
+  (void)token_based;
+
+  if (iteration_based) {
+    schedule.train_samples = args.train_iters * gbs;
+    schedule.lr_warmup_samples = args.lr_warmup_iters * gbs;
+    schedule.lr_decay_samples = args.lr_decay_iters * gbs;
+  }
+  if (args.given("--train-tokens")) {
+    const auto tokens = parse_token_count(args.train_tokens);
+    if (!tokens) {
+      checker.fail("--train-tokens", args.train_tokens, "must be a positive count such as 10T",
+                   "write digits with an optional K, M, B or T suffix");
+    } else {
+      config.token_rounding.requested_train_tokens = *tokens;
+      // Budget rounds down to whole updates (SPEC 11).
+      const auto updates = static_cast<std::int64_t>(std::floor(*tokens / tokens_per_update));
+      schedule.train_samples = updates * gbs;
+    }
+  }
+  if (args.given("--lr-warmup-tokens")) {
+    const auto tokens = parse_token_count(args.lr_warmup_tokens);
+    if (!tokens) {
+      checker.fail("--lr-warmup-tokens", args.lr_warmup_tokens,
+                   "must be a positive count such as 20B",
+                   "write digits with an optional K, M, B or T suffix");
+    } else {
+      config.token_rounding.requested_lr_warmup_tokens = *tokens;
+      // Warmup rounds up to whole updates (SPEC 11).
+      const auto updates = static_cast<std::int64_t>(std::ceil(*tokens / tokens_per_update));
+      schedule.lr_warmup_samples = updates * gbs;
+    }
+  }
+  checker.throw_if_any();
+
+  const bool decay_given = args.given("--lr-decay-samples") || args.given("--lr-decay-iters");
+  if (!decay_given) schedule.lr_decay_samples = schedule.train_samples;  // Megatron's default
+  if (args.given("--lr-warmup-fraction")) {
+    checker.check(args.lr_warmup_fraction >= 0.0 && args.lr_warmup_fraction <= 1.0,
+                  "--lr-warmup-fraction", text(args.lr_warmup_fraction), "must lie in [0, 1]",
+                  "use a fraction such as 0.01");
+    schedule.lr_warmup_samples =
+        static_cast<std::int64_t>(args.lr_warmup_fraction * schedule.lr_decay_samples);
+  }
+  checker.check(schedule.train_samples >= gbs, "--train-samples", text(schedule.train_samples),
+                "must be at least one global batch (" + text(gbs) + " samples)",
+                "give --train-samples (or --train-iters, or --train-tokens) of at least one "
+                "update");
+  checker.check(schedule.lr_warmup_samples >= 0, "--lr-warmup-samples",
+                text(schedule.lr_warmup_samples), "must be >= 0", "use 0 for no warmup");
+  checker.check(schedule.lr_decay_samples >= 0, "--lr-decay-samples",
+                text(schedule.lr_decay_samples), "must be >= 0", "drop it to decay over training");
+  checker.check(schedule.lr_warmup_samples <= schedule.lr_decay_samples ||
+                    schedule.lr_decay_style == LrDecayStyle::constant,
+                "--lr-warmup-samples", text(schedule.lr_warmup_samples),
+                "warmup must not exceed the decay span (" + text(schedule.lr_decay_samples) +
+                    " samples)",
+                "shorten the warmup or lengthen --lr-decay-samples");
+
+  // Weight decay schedule (Megatron: constant forbids start/end; the others need both).
+  schedule.wd_incr_samples = schedule.train_samples;
+  if (schedule.weight_decay_incr_style == WeightDecayIncrStyle::constant) {
+    checker.check(!args.given("--start-weight-decay") && !args.given("--end-weight-decay"),
+                  "--start-weight-decay/--end-weight-decay", "given",
+                  "take effect only with --weight-decay-incr-style linear or cosine (Megatron)",
+                  "drop them, or choose an increment style");
+    schedule.start_weight_decay = schedule.weight_decay;
+    schedule.end_weight_decay = schedule.weight_decay;
+  } else {
+    checker.check(args.given("--start-weight-decay") && args.given("--end-weight-decay"),
+                  "--weight-decay-incr-style", args.weight_decay_incr_style,
+                  "needs both --start-weight-decay and --end-weight-decay (Megatron)",
+                  "give both");
+    checker.check(schedule.start_weight_decay >= 0.0 && schedule.end_weight_decay >= 0.0,
+                  "--start-weight-decay/--end-weight-decay",
+                  text(schedule.start_weight_decay) + "/" + text(schedule.end_weight_decay),
+                  "must be >= 0", "give non-negative values");
+  }
+  checker.check(config.checkpoint.save_interval >= 0, "--save-interval",
+                text(config.checkpoint.save_interval), "must be >= 0",
+                "use 0 to save only at the end");
+  checker.throw_if_any();
+  return config;
+}
+
+std::optional<int> parse_or_exit_code(CLI::App& app, int argc, const char* const* argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::ParseError& error) {
+    std::cerr << "error: " << error.what() << "\n"
+              << "fix: see `" << app.get_name() << " --help` for every option\n";
+    return 2;
+  } catch (const ConfigError& error) {
+    std::cerr << error.what();
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tandem

@@ -1,0 +1,87 @@
+// Names and JSON form of the validated configuration (core/config.hpp).
+#include "core/config.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace tandem {
+
+std::string to_string(LrDecayStyle style) {
+  switch (style) {
+    case LrDecayStyle::linear: return "linear";
+    case LrDecayStyle::cosine: return "cosine";
+    case LrDecayStyle::constant: return "constant";
+  }
+  return "?";
+}
+
+std::string to_string(WeightDecayIncrStyle style) {
+  switch (style) {
+    case WeightDecayIncrStyle::constant: return "constant";
+    case WeightDecayIncrStyle::linear: return "linear";
+    case WeightDecayIncrStyle::cosine: return "cosine";
+  }
+  return "?";
+}
+
+std::string to_string(LossNormalization normalization) {
+  return normalization == LossNormalization::per_token ? "per-token" : "microbatch-mean";
+}
+
+std::string to_string(DataOrder order) {
+  return order == DataOrder::sequential ? "sequential" : "shuffled";
+}
+
+std::string to_string(Packing packing) { return packing == Packing::concat ? "concat" : "units"; }
+
+void to_json(nlohmann::json& out, const RunConfig& config) {
+  const auto& m = config.model;
+  const auto& p = config.parallel;
+  const auto& b = config.batch;
+  const auto& o = config.optimizer;
+  const auto& s = config.schedule;
+  const auto& d = config.data;
+  const auto& c = config.checkpoint;
+  out = nlohmann::json{
+      {"model",
+       {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},
+        {"ffn_hidden_size", m.ffn_hidden_size}, {"num_attention_heads", m.num_attention_heads},
+        {"num_query_groups", m.num_query_groups}, {"vocab_size", m.vocab_size},
+        {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+        {"padded_vocab_size", m.padded_vocab_size}, {"seq_length", m.seq_length},
+        {"add_bias_linear", m.add_bias_linear}, {"tie_embeddings", m.tie_embeddings},
+        {"rotary_base", m.rotary_base}, {"norm_epsilon", m.norm_epsilon},
+        {"init_method_std", m.init_method_std}}},
+      {"parallel",
+       {{"tensor_parallel", p.tensor_parallel}, {"pipeline_parallel", p.pipeline_parallel},
+        {"context_parallel", p.context_parallel}, {"data_parallel", p.data_parallel},
+        {"world_size", p.world_size}, {"virtual_pipeline_stages", p.virtual_pipeline_stages},
+        {"sequence_parallel", p.sequence_parallel},
+        {"use_distributed_optimizer", p.use_distributed_optimizer},
+        {"overlap_grad_reduce", p.overlap_grad_reduce},
+        {"overlap_param_gather", p.overlap_param_gather}}},
+      {"batch",
+       {{"micro_batch_size", b.micro_batch_size}, {"global_batch_size", b.global_batch_size},
+        {"microbatches_per_replica", config.microbatches_per_replica()}}},
+      {"optimizer",
+       {{"adam_beta1", o.adam_beta1}, {"adam_beta2", o.adam_beta2}, {"adam_eps", o.adam_eps},
+        {"clip_grad", o.clip_grad}, {"bf16", o.bf16}}},
+      {"schedule",
+       {{"lr", s.lr}, {"min_lr", s.min_lr}, {"lr_warmup_init", s.lr_warmup_init},
+        {"lr_decay_style", to_string(s.lr_decay_style)},
+        {"lr_warmup_samples", s.lr_warmup_samples}, {"lr_decay_samples", s.lr_decay_samples},
+        {"train_samples", s.train_samples}, {"weight_decay", s.weight_decay},
+        {"weight_decay_incr_style", to_string(s.weight_decay_incr_style)},
+        {"start_weight_decay", s.start_weight_decay}, {"end_weight_decay", s.end_weight_decay},
+        {"wd_incr_samples", s.wd_incr_samples}}},
+      {"data",
+       {{"data_path", d.data_path}, {"split", d.split}, {"data_order", to_string(d.data_order)},
+        {"packing", to_string(d.packing)}, {"reset_position_ids", d.reset_position_ids},
+        {"reset_attention_mask", d.reset_attention_mask}, {"eod_mask_loss", d.eod_mask_loss},
+        {"loss_normalization", to_string(d.loss_normalization)}, {"seed", d.seed}}},
+      {"checkpoint",
+       {{"save", c.save}, {"load", c.load}, {"save_interval", c.save_interval},
+        {"override_opt_param_scheduler", c.override_opt_param_scheduler}}},
+  };
+}
+
+}  // namespace tandem

@@ -1,0 +1,141 @@
+// The validated configuration of a tandem run: one struct per component (SPEC 10, 12).
+// Built once from Megatron-style arguments and/or a JSON file (core/args.hpp), validated where it
+// is built, printed whole at startup and written into log headers and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace tandem {
+
+// The byte tokenizer of SPEC 12: ids 0-255 are UTF-8 bytes.
+inline constexpr std::int64_t kByteVocabularySize = 258;
+inline constexpr std::int32_t kEodToken = 256;
+inline constexpr std::int32_t kPadToken = 257;
+
+struct ModelConfig {
+  std::int64_t num_layers = 2;          // decoder blocks L; >= 1, divisible by PP
+  std::int64_t hidden_size = 32;        // model width d; divisible by heads
+  std::int64_t ffn_hidden_size = 64;    // SwiGLU hidden F; Megatron's SwiGLU default int(8d/3 / 64)*64
+  std::int64_t num_attention_heads = 4; // query heads H; divisible by groups and by TP
+  std::int64_t num_query_groups = 4;    // key/value groups G (GQA); = H unless --group-query-attention
+  std::int64_t vocab_size = kByteVocabularySize;  // tokenizer size before padding (SPEC 12)
+  std::int64_t make_vocab_size_divisible_by = 128;  // padded vocab is a multiple of this x TP
+  std::int64_t padded_vocab_size = 384; // derived: vocab_size rounded up to a multiple of above x TP
+  std::int64_t seq_length = 32;         // input positions per sample (tokens)
+  bool add_bias_linear = false;         // SPEC 4: biases off by default (--disable-bias-linear)
+  bool tie_embeddings = false;          // SPEC 4: untied by default (Megatron ties by default)
+  double rotary_base = 10000.0;         // RoPE base (SPEC 4)
+  double norm_epsilon = 1e-5;           // RMSNorm epsilon (SPEC 4)
+  double init_method_std = 0.02;        // std of normal init for matrices (SPEC 4)
+
+  std::int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  std::int64_t kv_width() const { return num_query_groups * head_dim(); }
+};
+
+struct ParallelConfig {
+  std::int64_t tensor_parallel = 1;     // TP: ranks that split each layer
+  std::int64_t pipeline_parallel = 1;   // PP: ranks that split the layer stack
+  std::int64_t context_parallel = 1;    // CP: ranks that split the sequence
+  std::int64_t data_parallel = 1;       // DP: replicas; derived = world / (TP x PP x CP)
+  std::int64_t world_size = 1;          // ranks in all (--world-size when planning)
+  std::int64_t virtual_pipeline_stages = 1;  // interleaved 1F1B chunks per PP rank (1 = plain)
+  bool sequence_parallel = false;       // requires TP > 1
+  bool use_distributed_optimizer = false;  // shard main params and Adam moments over DP
+  bool overlap_grad_reduce = false;     // accepted and recorded; a throughput option only
+  bool overlap_param_gather = false;    // accepted and recorded; a throughput option only
+};
+
+struct BatchConfig {
+  std::int64_t micro_batch_size = 1;    // samples per microbatch per replica
+  std::int64_t global_batch_size = 8;   // samples per update = mbs x microbatches x DP
+};
+
+enum class LrDecayStyle { linear, cosine, constant };
+enum class WeightDecayIncrStyle { constant, linear, cosine };
+
+struct OptimizerConfig {
+  double adam_beta1 = 0.9;              // first-moment decay, in [0, 1) (Megatron default)
+  double adam_beta2 = 0.999;            // second-moment decay, in [0, 1) (Megatron default)
+  double adam_eps = 1e-8;               // added to sqrt(v_hat), > 0 (SPEC 7)
+  double clip_grad = 1.0;               // global-norm threshold; 0 disables clipping (SPEC 6)
+  bool bf16 = false;                    // bf16 compute weights; main state stays fp32 (SPEC 7)
+};
+
+struct ScheduleConfig {
+  double lr = 1e-3;                     // peak learning rate (max)
+  double min_lr = 0.0;                  // floor after decay, 0 <= min_lr <= lr
+  double lr_warmup_init = 0.0;          // lr of the very first update (SPEC 8)
+  LrDecayStyle lr_decay_style = LrDecayStyle::linear;  // Megatron's default
+  std::int64_t lr_warmup_samples = 0;   // W, samples; 0 = no warmup
+  std::int64_t lr_decay_samples = 0;    // D, samples counted from 0 incl. warmup; default train
+  std::int64_t train_samples = 0;       // samples to train (floor to whole updates)
+  double weight_decay = 0.01;           // Megatron's default coefficient
+  WeightDecayIncrStyle weight_decay_incr_style = WeightDecayIncrStyle::constant;
+  double start_weight_decay = 0.01;     // = weight_decay for constant
+  double end_weight_decay = 0.01;       // = weight_decay for constant
+  std::int64_t wd_incr_samples = 0;     // span of the wd increment: train samples (Megatron)
+};
+
+enum class LossNormalization { per_token, microbatch_mean };
+enum class DataOrder { sequential, shuffled };
+enum class Packing { concat, units };
+
+struct DataConfig {
+  std::string data_path;                // PREFIX of PREFIX.bin / PREFIX.idx; empty = embedded corpus
+  std::string split;                    // Megatron's "a,b,c"; empty = whole dataset trains
+  DataOrder data_order = DataOrder::shuffled;  // SPEC 12 default
+  Packing packing = Packing::concat;    // SPEC 2 default
+  bool reset_position_ids = true;       // SPEC 3: on by default in tandem
+  bool reset_attention_mask = true;     // SPEC 3: on by default in tandem
+  bool eod_mask_loss = true;            // SPEC 3: on by default in tandem
+  LossNormalization loss_normalization = LossNormalization::per_token;  // SPEC 5 default
+  std::uint64_t seed = 1234;            // Megatron's default seed; feeds every random stream
+};
+
+struct CheckpointConfig {
+  std::string save;                     // directory to write checkpoints to; empty = none
+  std::string load;                     // directory to resume from; empty = fresh start
+  std::int64_t save_interval = 0;       // updates between checkpoints; 0 = only at the end
+  bool override_opt_param_scheduler = false;  // allow changed optimizer/schedule on resume
+};
+
+// What a token-denominated request became after rounding to whole updates (SPEC 11: the budget
+// rounds down, the warmup up). Absent when the run was given in samples or iterations.
+struct TokenRounding {
+  std::optional<double> requested_train_tokens;       // --train-tokens, as given
+  std::optional<double> requested_lr_warmup_tokens;   // --lr-warmup-tokens, as given
+};
+
+struct RunConfig {
+  ModelConfig model;
+  ParallelConfig parallel;
+  BatchConfig batch;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  TokenRounding token_rounding;
+
+  std::int64_t microbatches_per_replica() const {
+    return batch.global_batch_size / (batch.micro_batch_size * parallel.data_parallel);
+  }
+  std::int64_t tokens_per_update() const { return batch.global_batch_size * model.seq_length; }
+  std::int64_t train_updates() const { return schedule.train_samples / batch.global_batch_size; }
+};
+
+// Names used in logs and JSON.
+std::string to_string(LrDecayStyle style);
+std::string to_string(WeightDecayIncrStyle style);
+std::string to_string(LossNormalization normalization);
+std::string to_string(DataOrder order);
+std::string to_string(Packing packing);
+
+// The whole configuration as JSON (for log headers, checkpoints and `plan --json`).
+void to_json(nlohmann::json& out, const RunConfig& config);
+
+}  // namespace tandem
