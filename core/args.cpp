@@ -300,6 +300,14 @@ void add_run_options(CLI::App& app, RunArguments& args) {
       ->capture_default_str()->group(checkpoint);
   app.add_flag("--override-opt-param-scheduler", v.checkpoint.override_opt_param_scheduler,
                "allow a changed optimizer or schedule setting on resume")->group(checkpoint);
+
+  // A repeated option takes its last value, as Megatron's argparse does, so a pasted fragment can
+  // be followed by overrides. --data-path is the one list-valued option.
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_name() != "--data-path" && option->get_name() != "--config") {
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+  }
 }
 
 RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch) {

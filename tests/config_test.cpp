@@ -1,0 +1,270 @@
+// Configuration: every validation rule of the foundation issue gets its error (naming the field)
+// in-process, and bad input through the real binary exits non-zero with that error on stderr.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/args.hpp"
+
+namespace tandem {
+namespace {
+
+// Parses `arguments` (without the program name) as a subcommand with the run options would.
+RunConfig parse(const std::vector<std::string>& arguments) {
+  CLI::App app{"test", "tandem-test"};
+  RunArguments args;
+  add_run_options(app, args);
+  std::vector<const char*> argv{"tandem-test"};
+  for (const auto& argument : arguments) argv.push_back(argument.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  return build_run_config(args);
+}
+
+// The smallest valid configuration the rules below perturb one field at a time.
+std::vector<std::string> valid() {
+  return {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+          "--seq-length", "16", "--micro-batch-size", "1", "--global-batch-size", "4",
+          "--train-samples", "64", "--lr", "1e-3"};
+}
+
+std::vector<std::string> with(std::vector<std::string> arguments,
+                              const std::vector<std::string>& extra) {
+  arguments.insert(arguments.end(), extra.begin(), extra.end());
+  return arguments;
+}
+
+// Expects a ConfigError with an issue about `field`; returns its message for further checks.
+std::string expect_issue(const std::vector<std::string>& arguments, const std::string& field) {
+  try {
+    parse(arguments);
+  } catch (const ConfigError& error) {
+    for (const auto& issue : error.issues()) {
+      if (issue.field.find(field) != std::string::npos) {
+        EXPECT_FALSE(issue.rule.empty());
+        EXPECT_FALSE(issue.fix.empty());
+        return error.what();
+      }
+    }
+    ADD_FAILURE() << "error did not name " << field << ":\n" << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "no error for " << field;
+  return {};
+}
+
+TEST(Config, ValidBaselineParsesWithDerivedDefaults) {
+  const RunConfig config = parse(valid());
+  EXPECT_EQ(config.parallel.data_parallel, 1);
+  EXPECT_EQ(config.parallel.world_size, 1);
+  EXPECT_EQ(config.microbatches_per_replica(), 4);
+  EXPECT_EQ(config.model.num_query_groups, 4);     // = heads without GQA (Megatron)
+  EXPECT_EQ(config.model.ffn_hidden_size, 64);     // max(64, int(8*32/3 / 64) * 64)
+  EXPECT_EQ(config.model.padded_vocab_size, 384);  // 258 rounded up to 128 x TP (SPEC 12)
+  EXPECT_EQ(config.schedule.lr_decay_samples, 64); // defaults to --train-samples (SPEC 12)
+  EXPECT_TRUE(config.data.reset_position_ids);
+  EXPECT_TRUE(config.data.reset_attention_mask);
+  EXPECT_TRUE(config.data.eod_mask_loss);
+  EXPECT_EQ(config.data.loss_normalization, LossNormalization::per_token);
+}
+
+TEST(Config, MegatronSwigluFfnDefault) {
+  // int((4 * 4096 * 2 / 3) / 64) * 64 = 10880 for Llama-2-7B's width.
+  const RunConfig config =
+      parse(with(valid(), {"--hidden-size", "4096", "--num-attention-heads", "32"}));
+  EXPECT_EQ(config.model.ffn_hidden_size, 10880);
+}
+
+TEST(Config, GlobalBatchDivisibleByMicroBatchTimesDp) {
+  const auto message = expect_issue(
+      with(valid(), {"--global-batch-size", "6", "--micro-batch-size", "4"}),
+      "--global-batch-size");
+  EXPECT_NE(message.find("multiple of 4"), std::string::npos) << message;
+  expect_issue(with(valid(), {"--data-parallel-size", "3"}), "--global-batch-size");
+}
+
+TEST(Config, WorldSizeEqualsTpPpCpDp) {
+  expect_issue(with(valid(), {"--tensor-model-parallel-size", "2", "--num-attention-heads", "4",
+                              "--world-size", "3"}),
+               "--world-size");
+  const RunConfig config = parse(with(valid(), {"--tensor-model-parallel-size", "2",
+                                                "--world-size", "8", "--global-batch-size", "8"}));
+  EXPECT_EQ(config.parallel.data_parallel, 4);
+  expect_issue(with(valid(), {"--world-size", "4", "--data-parallel-size", "2"}),
+               "--data-parallel-size");
+}
+
+TEST(Config, HiddenDivisibleByHeads) {
+  expect_issue(with(valid(), {"--hidden-size", "30"}), "--hidden-size");
+}
+
+TEST(Config, HeadsDivisibleByGroupsAndTp) {
+  expect_issue(with(valid(), {"--group-query-attention", "--num-query-groups", "3"}),
+               "--num-attention-heads");
+  expect_issue(with(valid(), {"--tensor-model-parallel-size", "8"}), "--num-attention-heads");
+}
+
+TEST(Config, GroupsDivisibleByTp) {
+  expect_issue(with(valid(), {"--group-query-attention", "--num-query-groups", "1",
+                              "--tensor-model-parallel-size", "2"}),
+               "--num-query-groups");
+}
+
+TEST(Config, QueryGroupsNeedGqaFlag) {
+  expect_issue(with(valid(), {"--num-query-groups", "2"}), "--num-query-groups");
+  expect_issue(with(valid(), {"--group-query-attention"}), "--num-query-groups");
+}
+
+TEST(Config, LayersDivisibleByPp) {
+  expect_issue(with(valid(), {"--num-layers", "3", "--pipeline-model-parallel-size", "2"}),
+               "--num-layers");
+}
+
+TEST(Config, SequenceParallelRequiresTp) {
+  expect_issue(with(valid(), {"--sequence-parallel"}), "--sequence-parallel");
+}
+
+TEST(Config, WarmupWithinDecaySpan) {
+  expect_issue(with(valid(), {"--lr-warmup-samples", "65"}), "--lr-warmup-samples");
+  expect_issue(with(valid(), {"--lr-warmup-samples", "32", "--lr-decay-samples", "16"}),
+               "--lr-warmup-samples");
+}
+
+TEST(Config, MinLrBetweenZeroAndLr) {
+  expect_issue(with(valid(), {"--min-lr", "2e-3"}), "--min-lr");
+  expect_issue(with(valid(), {"--min-lr", "-1e-5"}), "--min-lr");
+}
+
+TEST(Config, BetasInHalfOpenUnitInterval) {
+  expect_issue(with(valid(), {"--adam-beta1", "1"}), "--adam-beta1");
+  expect_issue(with(valid(), {"--adam-beta2", "-0.1"}), "--adam-beta2");
+  EXPECT_NO_THROW(parse(with(valid(), {"--adam-beta1", "0", "--adam-beta2", "0"})));
+}
+
+TEST(Config, EpsPositive) { expect_issue(with(valid(), {"--adam-eps", "0"}), "--adam-eps"); }
+
+TEST(Config, TrainSamplesAtLeastOneGlobalBatch) {
+  expect_issue(with(valid(), {"--train-samples", "3"}), "--train-samples");
+  expect_issue({"--global-batch-size", "4"}, "--train-samples");  // not given at all
+}
+
+TEST(Config, SampleAndIterationOptionsNotMixed) {
+  expect_issue(with(valid(), {"--lr-warmup-iters", "2"}), "iters");
+}
+
+TEST(Config, IterationsConvertToSamples) {
+  const RunConfig config = parse({"--global-batch-size", "4", "--train-iters", "10",
+                                  "--lr-warmup-iters", "2", "--lr-decay-iters", "8"});
+  EXPECT_EQ(config.schedule.train_samples, 10 * 4);
+  EXPECT_EQ(config.schedule.lr_warmup_samples, 2 * 4);
+  EXPECT_EQ(config.schedule.lr_decay_samples, 8 * 4);
+}
+
+TEST(Config, TokenConveniencesRoundAsTheSeed) {
+  // 15 tokens per update (gbs 1 x seq 15): 100 tokens -> floor(100/15) = 6 updates;
+  // warmup 31 tokens -> ceil(31/15) = 3 updates.
+  const RunConfig config = parse({"--global-batch-size", "1", "--seq-length", "15",
+                                  "--train-tokens", "100", "--lr-warmup-tokens", "31"});
+  EXPECT_EQ(config.schedule.train_samples, 6);
+  EXPECT_EQ(config.schedule.lr_warmup_samples, 3);
+  expect_issue(with(valid(), {"--train-tokens", "10X"}), "--train-tokens");
+}
+
+TEST(Config, UnsupportedMegatronChoicesAreErrors) {
+  expect_issue(with(valid(), {"--normalization", "LayerNorm"}), "--normalization");
+  expect_issue(with(valid(), {"--position-embedding-type", "learned_absolute"}),
+               "--position-embedding-type");
+  expect_issue(with(valid(), {"--optimizer", "sgd"}), "--optimizer");
+  expect_issue(with(valid(), {"--fp16"}), "--fp16");
+  expect_issue(with(valid(), {"--lr-decay-style", "WSD"}), "--lr-decay-style");
+}
+
+TEST(Config, WeightDecayIncrementNeedsBothEnds) {
+  expect_issue(with(valid(), {"--weight-decay-incr-style", "linear"}),
+               "--weight-decay-incr-style");
+  expect_issue(with(valid(), {"--start-weight-decay", "0.1"}), "--start-weight-decay");
+  const RunConfig config = parse(with(valid(), {"--weight-decay-incr-style", "cosine",
+                                                "--start-weight-decay", "0.0",
+                                                "--end-weight-decay", "0.1"}));
+  EXPECT_EQ(config.schedule.end_weight_decay, 0.1);
+}
+
+TEST(Config, ContradictoryFlags) {
+  expect_issue(with(valid(), {"--add-bias-linear", "--disable-bias-linear"}), "--add-bias-linear");
+  expect_issue(with(valid(), {"--untie-embeddings-and-output-weights",
+                              "--tie-embeddings-and-output-weights"}),
+               "--tie-embeddings");
+  expect_issue(with(valid(), {"--calculate-per-token-loss", "--loss-normalization",
+                              "microbatch-mean"}),
+               "--calculate-per-token-loss");
+}
+
+TEST(Config, MaskFlagsCanBeTurnedOff) {
+  const RunConfig config = parse(with(valid(), {"--no-reset-position-ids",
+                                                "--no-reset-attention-mask", "--no-eod-mask-loss"}));
+  EXPECT_FALSE(config.data.reset_position_ids);
+  EXPECT_FALSE(config.data.reset_attention_mask);
+  EXPECT_FALSE(config.data.eod_mask_loss);
+}
+
+TEST(Config, UnknownArgumentIsAnError) {
+  EXPECT_THROW(parse(with(valid(), {"--no-such-option", "1"})), CLI::ParseError);
+}
+
+TEST(Config, IssuesAreAllReportedAtOnce) {
+  try {
+    parse(with(valid(), {"--adam-beta1", "2", "--adam-eps", "-1"}));
+    FAIL() << "no error";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.issues().size(), 2u) << error.what();
+  }
+}
+
+class ConfigFile : public ::testing::Test {
+ protected:
+  std::filesystem::path path_ =
+      std::filesystem::temp_directory_path() / ("tandem_config_test_" +
+                                                std::to_string(::getpid()) + ".json");
+  void write(const std::string& text) { std::ofstream(path_) << text; }
+  void TearDown() override { std::filesystem::remove(path_); }
+};
+
+TEST_F(ConfigFile, JsonSuppliesValuesAndArgumentsOverrideThem) {
+  write(R"({"global-batch-size": 8, "micro_batch_size": 2, "train-samples": 80,
+            "lr": 0.002, "bf16": true, "split": "98,1,1"})");
+  const RunConfig from_file = parse({"--config", path_.string()});
+  EXPECT_EQ(from_file.batch.global_batch_size, 8);
+  EXPECT_EQ(from_file.batch.micro_batch_size, 2);
+  EXPECT_EQ(from_file.schedule.lr, 0.002);
+  EXPECT_TRUE(from_file.optimizer.bf16);
+  const RunConfig overridden = parse({"--config", path_.string(), "--global-batch-size", "4"});
+  EXPECT_EQ(overridden.batch.global_batch_size, 4);
+}
+
+TEST_F(ConfigFile, UnknownKeyIsAnError) {
+  write(R"({"global-batch-size": 8, "not-an-option": 1})");
+  EXPECT_THROW(parse({"--config", path_.string()}), CLI::ParseError);
+}
+
+TEST_F(ConfigFile, MalformedJsonIsAnError) {
+  write("{\"global-batch-size\": ");
+  EXPECT_THROW(parse({"--config", path_.string()}), CLI::ParseError);
+}
+
+TEST(TokenCount, SuffixesAndRejections) {
+  EXPECT_EQ(parse_token_count("10T"), 10e12);
+  EXPECT_EQ(parse_token_count("20B"), 20e9);
+  EXPECT_EQ(parse_token_count("1.5M"), 1.5e6);
+  EXPECT_EQ(parse_token_count("4096"), 4096.0);
+  EXPECT_FALSE(parse_token_count("").has_value());
+  EXPECT_FALSE(parse_token_count("T").has_value());
+  EXPECT_FALSE(parse_token_count("-5B").has_value());
+  EXPECT_FALSE(parse_token_count("5X").has_value());
+}
+
+}  // namespace
+}  // namespace tandem
