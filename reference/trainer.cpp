@@ -1,0 +1,235 @@
+// The reference trainer's iteration (trainer.hpp), instantiated for double and cpp_bin_float_50.
+#include "reference/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include <boost/multiprecision/cpp_bin_float.hpp>
+
+#include "core/init.hpp"
+#include "core/schedule.hpp"
+#include "reference/adamw.hpp"
+#include "reference/model.hpp"
+
+namespace tandem::reference {
+
+std::vector<std::int64_t> choose_audit_elements(const ModelLayout& layout, std::int64_t count,
+                                                std::uint64_t seed) {
+  std::vector<std::vector<std::int64_t>> groups(2);  // tensor indices: decay, no_decay
+  for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
+    const auto group = layout.tensors[i].decay_group == DecayGroup::decay ? 0 : 1;
+    groups[group].push_back(static_cast<std::int64_t>(i));
+  }
+  // A stream of its own, distinct from the init streams by its name.
+  const std::uint64_t stream = init_tensor_stream(seed, "audit-params");
+  std::set<std::int64_t> chosen;
+  std::uint64_t counter = 0;
+  const auto group_count = std::count_if(groups.begin(), groups.end(),
+                                         [](const auto& group) { return !group.empty(); });
+  const std::int64_t wanted = std::min(count, layout.total_elements);
+  for (std::int64_t attempt = 0; static_cast<std::int64_t>(chosen.size()) < wanted; ++attempt) {
+    const auto& group = groups[static_cast<std::size_t>(attempt % 2)];
+    if (group.empty()) {
+      if (group_count == 0) break;
+      continue;
+    }
+    const std::uint64_t word_tensor = init_stream_word(stream, counter++);
+    const std::uint64_t word_element = init_stream_word(stream, counter++);
+    const auto& tensor = layout.tensor(group[word_tensor % group.size()]);
+    chosen.insert(tensor.offset +
+                  static_cast<std::int64_t>(word_element % static_cast<std::uint64_t>(tensor.numel)));
+  }
+  return {chosen.begin(), chosen.end()};
+}
+
+template <class Real>
+Trainer<Real>::Trainer(const RunConfig& config, SampleProvider samples, TestSwitches switches)
+    : config_(config),
+      layout_(make_model_layout(config.model)),
+      samples_(std::move(samples)),
+      switches_(std::move(switches)) {
+  const auto elements = static_cast<std::size_t>(layout_.total_elements);
+  // SPEC 4: values drawn as fp32, widened exactly, so iteration 0 is bit-identical everywhere.
+  const std::vector<float> initial = initial_parameters(config_.model, config_.data.seed);
+  state_.params.assign(initial.begin(), initial.end());
+  state_.exp_avg.assign(elements, Real(0));
+  state_.exp_avg_sq.assign(elements, Real(0));
+  replica_grads_.assign(static_cast<std::size_t>(config_.parallel.data_parallel),
+                        std::vector<Real>(elements, Real(0)));
+  reduced_grads_.assign(elements, Real(0));
+}
+
+template <class Real>
+std::vector<Sample> Trainer<Real>::microbatch_samples(std::int64_t microbatch,
+                                                      std::int64_t replica) const {
+  const std::int64_t mbs = config_.batch.micro_batch_size;
+  const std::int64_t dp = config_.parallel.data_parallel;
+  // SPEC 2: microbatch m on DP rank r takes consumed + m*mbs*DP + r*mbs + [0, mbs).
+  const std::int64_t first =
+      state_.counters.consumed_samples + microbatch * mbs * dp + replica * mbs;
+  std::vector<Sample> batch;
+  batch.reserve(static_cast<std::size_t>(mbs));
+  for (std::int64_t j = 0; j < mbs; ++j) batch.push_back(samples_(first + j));
+  return batch;
+}
+
+template <class Real>
+IterationRecord Trainer<Real>::run_iteration() {
+  using std::isfinite;
+  using std::sqrt;
+  const auto started = std::chrono::steady_clock::now();
+  const std::int64_t gbs = config_.batch.global_batch_size;
+  const std::int64_t dp = config_.parallel.data_parallel;
+  const std::int64_t microbatches = config_.microbatches_per_replica();
+  const bool per_token = config_.data.loss_normalization == LossNormalization::per_token;
+  IterationRecord record;
+  record.iteration = state_.counters.iteration + 1;
+
+  // 1. The global batch, and its loss tokens (SPEC 5: the per-token denominator).
+  std::vector<std::vector<std::vector<Sample>>> batch(static_cast<std::size_t>(microbatches));
+  std::int64_t global_loss_tokens = 0;
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    for (std::int64_t r = 0; r < dp; ++r) {
+      batch[static_cast<std::size_t>(m)].push_back(microbatch_samples(m, r));
+      for (const Sample& sample : batch[static_cast<std::size_t>(m)].back()) {
+        record.input_tokens += sample.input_tokens;
+        record.loss_tokens += sample.loss_tokens;
+        record.pad_tokens += sample.pad_tokens;
+        global_loss_tokens += sample.loss_tokens;
+      }
+    }
+  }
+
+  // 2. Forward/backward of every microbatch of every replica into that replica's buffer.
+  // SPEC 5 per-token: gradients of (sum of masked CE / loss tokens of the global batch).
+  // Microbatch-mean: each microbatch's masked mean, averaged over microbatches and replicas; a
+  // microbatch without loss tokens contributes 0 and still counts in the average (Megatron).
+  Real loss_sum = Real(0);
+  for (auto& grads : replica_grads_) std::fill(grads.begin(), grads.end(), Real(0));
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    for (std::int64_t r = 0; r < dp; ++r) {
+      const auto& samples = batch[static_cast<std::size_t>(m)][static_cast<std::size_t>(r)];
+      std::int64_t microbatch_loss_tokens = 0;
+      for (const Sample& sample : samples) microbatch_loss_tokens += sample.loss_tokens;
+      Real loss_scale = Real(0);
+      if (per_token && global_loss_tokens > 0) {
+        loss_scale = Real(1) / Real(global_loss_tokens);
+      } else if (!per_token && microbatch_loss_tokens > 0) {
+        loss_scale = Real(1) / (Real(microbatch_loss_tokens) * Real(microbatches) * Real(dp));
+      }
+      const auto result = forward_backward<Real>(config_.model, layout_, state_.params, samples,
+                                                 loss_scale,
+                                                 replica_grads_[static_cast<std::size_t>(r)]);
+      loss_sum += result.masked_loss_sum;
+    }
+  }
+
+  // 3. Reduce over replicas in rank order: what an all-reduce (sum) across DP must produce.
+  std::fill(reduced_grads_.begin(), reduced_grads_.end(), Real(0));
+  for (const auto& grads : replica_grads_) {
+    for (std::size_t i = 0; i < reduced_grads_.size(); ++i) reduced_grads_[i] += grads[i];
+  }
+  if (switches_.nonfinite_gradient_iterations.count(record.iteration) != 0) {
+    reduced_grads_.front() = Real(std::nan(""));
+  }
+
+  // SPEC 5: the logged loss is always the global token-weighted mean; 0 without loss tokens.
+  last_loss_ = global_loss_tokens > 0 ? loss_sum / Real(global_loss_tokens) : Real(0);
+  record.loss = static_cast<double>(last_loss_);
+
+  // 4. SPEC 6: global norm over every unique parameter element (the flat buffer holds each once).
+  Real sum_of_squares = Real(0);
+  for (const Real& g : reduced_grads_) sum_of_squares += g * g;
+  const Real grad_norm = sqrt(sum_of_squares);
+  record.grad_norm = static_cast<double>(grad_norm);
+
+  // The scheduler holds n = successful updates x GBS (SPEC 8).
+  auto& counters = state_.counters;
+  const Real lr = learning_rate<Real>(config_.schedule, counters.scheduler_samples);
+  const Real wd = weight_decay_at<Real>(config_.schedule, counters.scheduler_samples);
+  record.lr = static_cast<double>(lr);
+  record.wd = static_cast<double>(wd);
+
+  // 5. SPEC 8: a non-finite norm or loss skips the update; nothing but counters changes.
+  const bool finite = isfinite(grad_norm) && isfinite(last_loss_);
+  if (finite) {
+    // 6. SPEC 6: coeff = clip / (norm + 1e-6), applied when below 1.
+    Real clip_coeff = Real(1);
+    if (config_.optimizer.clip_grad > 0.0) {
+      const Real coeff = Real(config_.optimizer.clip_grad) / (grad_norm + Real(1e-6));
+      if (coeff < Real(1)) {
+        clip_coeff = coeff;
+        record.clipped = true;
+        for (Real& g : reduced_grads_) g *= clip_coeff;
+      }
+    }
+    record.clip_coeff = static_cast<double>(clip_coeff);
+
+    // 7. SPEC 7: AdamW, step t = successful updates including this one.
+    const std::int64_t step = counters.successful_updates + 1;
+    const AdamHyper<Real> hyper(config_.optimizer, step);
+    std::size_t next_audit = 0;
+    for (const auto& tensor : layout_.tensors) {
+      const Real tensor_wd = tensor.decay_group == DecayGroup::decay ? wd : Real(0);
+      for (std::int64_t e = 0; e < tensor.numel; ++e) {
+        const auto i = static_cast<std::size_t>(tensor.offset + e);
+        const bool audited = next_audit < audit_elements_.size() &&
+                             audit_elements_[next_audit] == tensor.offset + e;
+        AuditEntry entry;
+        if (audited) {
+          entry.tensor = tensor.name;
+          entry.element = e;
+          entry.group = to_string(tensor.decay_group);
+          entry.old_value = static_cast<double>(state_.params[i]);
+          entry.grad = static_cast<double>(reduced_grads_[i]);
+          entry.old_m = static_cast<double>(state_.exp_avg[i]);
+          entry.old_v = static_cast<double>(state_.exp_avg_sq[i]);
+        }
+        adamw_update(hyper, lr, tensor_wd, reduced_grads_[i], state_.params[i],
+                     state_.exp_avg[i], state_.exp_avg_sq[i]);
+        if (audited) {
+          entry.m = static_cast<double>(state_.exp_avg[i]);
+          entry.v = static_cast<double>(state_.exp_avg_sq[i]);
+          entry.lr = record.lr;
+          entry.wd = static_cast<double>(tensor_wd);
+          entry.step = step;
+          entry.new_value = static_cast<double>(state_.params[i]);
+          record.audit.push_back(entry);
+          ++next_audit;
+        }
+      }
+    }
+
+    // 8. Schedule and counters of a successful update.
+    counters.successful_updates = step;
+    counters.scheduler_samples += gbs;
+    counters.consecutive_skips = 0;
+  } else {
+    record.update_successful = false;
+    record.clip_coeff = 1.0;
+    counters.skipped_updates += 1;
+    counters.consecutive_skips += 1;
+  }
+  // SPEC 1/8: iteration and consumed samples advance either way; the batch was read.
+  counters.iteration += 1;
+  counters.consumed_samples += gbs;
+  counters.input_tokens += record.input_tokens;
+  counters.loss_tokens += record.loss_tokens;
+  counters.pad_tokens += record.pad_tokens;
+
+  record.step = counters.successful_updates;
+  record.consumed_samples = counters.consumed_samples;
+  record.totals = counters;
+  record.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  record.tokens_per_second =
+      record.seconds > 0 ? static_cast<double>(record.input_tokens) / record.seconds : 0.0;
+  return record;
+}
+
+template class Trainer<double>;
+template class Trainer<boost::multiprecision::cpp_bin_float_50>;
+
+}  // namespace tandem::reference
