@@ -1,0 +1,105 @@
+// The checkpoint directory both twins write and resume from (SPEC 9), laid out as Megatron-LM lays
+// out its own so that its users find their way:
+//
+//   SAVE/latest_checkpointed_iteration.txt   the newest complete iteration, e.g. "42" (Megatron's
+//                                            tracker name), replaced atomically after the directory
+//   SAVE/iter_0000042/model.safetensors      main weights, Hugging Face Llama names (SPEC 12)
+//   SAVE/iter_0000042/optimizer.safetensors  Adam m and v ("NAME.exp_avg", "NAME.exp_avg_sq")
+//   SAVE/iter_0000042/manifest.json          everything else, and each file's size and CRC-32;
+//                                            written last
+//
+// Tensors are stored in the engine's main precision: F64 for the reference, F32 for production.
+// A save builds `iter_0000042.tmp-XXXXXX` and renames it into place (atomic_file.hpp), so a new
+// checkpoint appears complete or not at all and an interrupted save never damages an older one.
+// A load checks the format, every field, each file's size and checksum, and every tensor's dtype,
+// and refuses anything else with an error naming the file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/tensor_data.hpp"
+
+namespace tandem::checkpoint {
+
+inline constexpr std::string_view kCheckpointFormat = "tandem-checkpoint";
+inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+inline constexpr std::string_view kTrackerFileName = "latest_checkpointed_iteration.txt";
+inline constexpr std::string_view kManifestFileName = "manifest.json";
+inline constexpr std::string_view kModelFileName = "model.safetensors";
+inline constexpr std::string_view kOptimizerFileName = "optimizer.safetensors";
+
+// Every counter of SPEC 1, cumulative, as they stand after `iteration`.
+struct TrainingCounters {
+  std::int64_t iteration = 0;                // iterations done, skipped ones included
+  std::int64_t consumed_samples = 0;         // samples read, skipped iterations included
+  std::int64_t successful_updates = 0;       // optimizer steps applied
+  std::int64_t skipped_updates = 0;          // iterations whose update was skipped (SPEC 8)
+  std::int64_t consecutive_skipped_updates = 0;  // the current run of skips (--max-consecutive-skips)
+  std::int64_t input_tokens = 0;             // non-pad input positions
+  std::int64_t loss_tokens = 0;              // positions with loss mask 1
+  std::int64_t pad_tokens = 0;               // pad input positions
+
+  bool operator==(const TrainingCounters&) const = default;
+};
+
+// What a trainer saves and gets back. The JSON members are the trainer's own (the format only
+// requires them to be present); everything else is checked on load.
+struct CheckpointState {
+  std::string engine;              // "reference" or "production"
+  std::string precision;           // dtype of every stored tensor: "F64" or "F32" (SPEC 9)
+  nlohmann::json run_config;       // to_json(RunConfig) of the run that wrote it (core/config.hpp)
+  nlohmann::json parallel_layout;  // the layout the state was written with (TP, PP, DP, ...)
+  TrainingCounters counters;
+  std::int64_t optimizer_step = 0;     // AdamW t: successful updates applied (SPEC 7)
+  std::int64_t scheduler_samples = 0;  // n of SPEC 8: GBS x successful updates
+  nlohmann::json data_position;    // where the next sample comes from (trainer-defined object)
+  nlohmann::json random_streams;   // the state of every random stream (trainer-defined object)
+  nlohmann::json extra = nlohmann::json::object();  // anything else the trainer keeps
+  std::vector<TensorData> model_tensors;      // main weights, Hugging Face Llama names
+  std::vector<TensorData> optimizer_tensors;  // Adam m and v; empty when not loaded
+
+  bool operator==(const CheckpointState&) const = default;
+};
+
+// "iter_0000042": Megatron's directory name for an iteration.
+std::string iteration_directory_name(std::int64_t iteration);
+
+// For tests only: called after each step of a save with the step's name ("model.safetensors",
+// "optimizer.safetensors", "manifest.json" inside the staging directory, then "directory" once it
+// is in place, then "tracker"). A hook that throws simulates a failure at that point.
+struct SaveHooks {
+  std::function<void(std::string_view step)> after_step;
+};
+
+// Writes SAVE/iter_NNNNNNN (iteration = state.counters.iteration) atomically, then the tracker.
+// An existing directory of the same iteration is replaced atomically. Staging leftovers of an
+// earlier interrupted save in `save_dir` are removed first (one process saves into a directory).
+// Returns the iteration directory.
+std::filesystem::path save_checkpoint(const std::filesystem::path& save_dir,
+                                      const CheckpointState& state, const SaveHooks& hooks = {});
+
+struct LoadOptions {
+  std::optional<std::int64_t> iteration;  // none: the tracker's (latest) iteration
+  bool read_optimizer = true;             // false: skip optimizer.safetensors (exports)
+};
+
+// The iteration in SAVE/latest_checkpointed_iteration.txt, none when there is no tracker.
+std::optional<std::int64_t> read_latest_iteration(const std::filesystem::path& save_dir);
+
+// The directory a load reads: `load_dir` itself when it holds a manifest (an iter_ directory was
+// given), else the requested or latest iteration under it. Throws naming what is missing.
+std::filesystem::path resolve_checkpoint_directory(const std::filesystem::path& load_dir,
+                                                   const LoadOptions& options = {});
+
+// Reads and verifies a checkpoint (see the file comment). Throws naming the file on corruption.
+CheckpointState load_checkpoint(const std::filesystem::path& load_dir, const LoadOptions& options = {});
+
+}  // namespace tandem::checkpoint

@@ -1,0 +1,97 @@
+// Comparing a resumed run's settings with its checkpoint's (core/checkpoint/resume_check.hpp).
+#include "core/checkpoint/resume_check.hpp"
+
+#include <array>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "core/args.hpp"
+
+namespace tandem::checkpoint {
+namespace {
+
+struct ComparedSetting {
+  std::string_view pointer;   // into to_json(RunConfig)
+  std::string_view argument;  // how the user sets it
+  bool overridable;
+};
+
+constexpr std::array kComparedSettings{
+    ComparedSetting{"/schedule/lr", "--lr", true},
+    ComparedSetting{"/schedule/min_lr", "--min-lr", true},
+    ComparedSetting{"/schedule/lr_warmup_init", "--lr-warmup-init", true},
+    ComparedSetting{"/schedule/lr_decay_style", "--lr-decay-style", true},
+    ComparedSetting{"/schedule/lr_warmup_samples", "--lr-warmup-samples", true},
+    ComparedSetting{"/schedule/lr_decay_samples", "--lr-decay-samples", true},
+    ComparedSetting{"/schedule/weight_decay", "--weight-decay", true},
+    ComparedSetting{"/schedule/weight_decay_incr_style", "--weight-decay-incr-style", true},
+    ComparedSetting{"/schedule/start_weight_decay", "--start-weight-decay", true},
+    ComparedSetting{"/schedule/end_weight_decay", "--end-weight-decay", true},
+    ComparedSetting{"/schedule/wd_incr_samples", "--wd-incr-samples", true},
+    ComparedSetting{"/optimizer/adam_beta1", "--adam-beta1", true},
+    ComparedSetting{"/optimizer/adam_beta2", "--adam-beta2", true},
+    ComparedSetting{"/optimizer/adam_eps", "--adam-eps", true},
+    ComparedSetting{"/optimizer/clip_grad", "--clip-grad", true},
+    ComparedSetting{"/batch/global_batch_size", "--global-batch-size", true},
+    ComparedSetting{"/model/seq_length", "--seq-length", true},
+    ComparedSetting{"/model/num_layers", "--num-layers", false},
+    ComparedSetting{"/model/hidden_size", "--hidden-size", false},
+    ComparedSetting{"/model/ffn_hidden_size", "--ffn-hidden-size", false},
+    ComparedSetting{"/model/num_attention_heads", "--num-attention-heads", false},
+    ComparedSetting{"/model/num_query_groups", "--num-query-groups", false},
+    ComparedSetting{"/model/vocab_size", "--vocab-size", false},
+    ComparedSetting{"/model/padded_vocab_size", "--make-vocab-size-divisible-by", false},
+    ComparedSetting{"/model/add_bias_linear", "--add-bias-linear", false},
+    ComparedSetting{"/model/tie_embeddings", "--untie-embeddings-and-output-weights", false},
+};
+
+}  // namespace
+
+std::vector<SettingChange> changed_resume_settings(const nlohmann::json& saved_run_config,
+                                                   const RunConfig& resumed) {
+  nlohmann::json resumed_json;
+  to_json(resumed_json, resumed);
+  std::vector<SettingChange> changes;
+  for (const auto& setting : kComparedSettings) {
+    const nlohmann::json::json_pointer pointer{std::string(setting.pointer)};
+    const nlohmann::json& now = resumed_json.at(pointer);
+    const bool recorded = saved_run_config.is_object() && saved_run_config.contains(pointer);
+    // Doubles compare exactly: JSON keeps them round-trip exact, and any change is a change.
+    if (recorded && saved_run_config.at(pointer) == now) continue;
+    changes.push_back({std::string(setting.argument),
+                       recorded ? saved_run_config.at(pointer).dump() : "<absent>", now.dump(),
+                       setting.overridable});
+  }
+  return changes;
+}
+
+std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run_config,
+                                                 const RunConfig& resumed) {
+  const bool override_allowed = resumed.checkpoint.override_opt_param_scheduler;
+  std::vector<ConfigIssue> issues;
+  std::vector<SettingChange> allowed;
+  for (auto& change : changed_resume_settings(saved_run_config, resumed)) {
+    if (change.overridable && override_allowed) {
+      allowed.push_back(std::move(change));
+      continue;
+    }
+    if (change.overridable) {
+      issues.push_back({change.argument, change.resumed,
+                        "differs from the checkpoint being resumed, which used " + change.saved +
+                            " (SPEC 9)",
+                        "pass " + change.saved + " as the checkpoint did, or add "
+                            "--override-opt-param-scheduler to take the new value"});
+    } else {
+      issues.push_back({change.argument, change.resumed,
+                        "changes the model's shape from the checkpoint's " + change.saved +
+                            "; the stored tensors would not fit",
+                        "resume with the checkpoint's model settings, or start a fresh run "
+                        "without --load"});
+    }
+  }
+  if (!issues.empty()) throw ConfigError(std::move(issues));
+  return allowed;
+}
+
+}  // namespace tandem::checkpoint
