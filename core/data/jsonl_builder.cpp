@@ -1,0 +1,176 @@
+// JSON Lines -> byte tokens -> indexed dataset, and the embedded corpus (see jsonl_builder.hpp).
+#include "core/data/jsonl_builder.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#ifndef TANDEM_SOURCE_DIR
+#error "core/CMakeLists.txt defines TANDEM_SOURCE_DIR for the embedded corpus"
+#endif
+
+namespace tandem::data {
+
+namespace {
+constexpr const char* kCorpusRelativePath = "fixtures/corpus/default.jsonl";
+constexpr const char* kCorpusEnvironment = "TANDEM_CORPUS";
+}  // namespace
+
+std::vector<std::int32_t> byte_tokenize(const std::string& utf8_text) {
+  std::vector<std::int32_t> tokens(utf8_text.size());  // [bytes]
+  for (std::size_t i = 0; i < utf8_text.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>(static_cast<unsigned char>(utf8_text[i]));
+  }
+  return tokens;
+}
+
+std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConfig& config) {
+  if (config.tokenizer != "bytes") {
+    throw JsonlError("--tokenizer " + config.tokenizer +
+                         ": unknown tokenizer; expected bytes (SPEC 12); fix: use --tokenizer bytes",
+                     0);
+  }
+  std::ifstream input(config.input_path, std::ios::binary);
+  if (!input) {
+    throw JsonlError("--input " + config.input_path +
+                         ": cannot open; fix: give an existing JSON Lines file",
+                     0);
+  }
+  std::vector<std::vector<std::int32_t>> documents;
+  std::string line;
+  std::int64_t line_number = 0;
+  while (std::getline(input, line)) {
+    ++line_number;
+    const std::string where = config.input_path + ":" + std::to_string(line_number) + ": ";
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      throw JsonlError(where + "empty line; expected one JSON object per line with a \"" +
+                           config.text_key + "\" string; fix: remove the blank line",
+                       line_number);
+    }
+    nlohmann::json document;
+    try {
+      document = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& error) {
+      throw JsonlError(where + "not valid JSON (" + error.what() +
+                           "); fix: write one JSON object per line",
+                       line_number);
+    }
+    if (!document.is_object()) {
+      throw JsonlError(where + "a JSON " + std::string(document.type_name()) +
+                           "; expected an object with a \"" + config.text_key +
+                           "\" string; fix: write {\"" + config.text_key + "\": \"...\"}",
+                       line_number);
+    }
+    const auto text = document.find(config.text_key);
+    if (text == document.end()) {
+      throw JsonlError(where + "no \"" + config.text_key +
+                           "\" field; expected an object with a \"" + config.text_key +
+                           "\" string; fix: add the field",
+                       line_number);
+    }
+    if (!text->is_string()) {
+      throw JsonlError(where + "\"" + config.text_key + "\" is a " +
+                           std::string(text->type_name()) +
+                           "; expected a string; fix: store the document's text as a string",
+                       line_number);
+    }
+    documents.push_back(byte_tokenize(text->get_ref<const std::string&>()));
+  }
+  if (input.bad()) {
+    throw JsonlError("--input " + config.input_path + ": read failed after line " +
+                         std::to_string(line_number),
+                     line_number);
+  }
+  return documents;
+}
+
+IndexedDatasetSummary write_documents(const std::string& prefix,
+                                      const std::vector<std::vector<std::int32_t>>& documents) {
+  IndexedDatasetWriterConfig writer_config;
+  writer_config.prefix = prefix;
+  writer_config.vocab_size = kByteVocabularySize;
+  writer_config.eod_token = kEodToken;
+  IndexedDatasetWriter writer(writer_config);  // removes its temporaries if we throw
+  for (const auto& document : documents) writer.add_document(document);
+  return writer.finish();
+}
+
+IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
+  // Every line is read and checked before anything is written, so a bad line leaves no file.
+  return write_documents(config.output_prefix, read_jsonl_documents(config));
+}
+
+std::string default_corpus_jsonl_path() {
+  std::vector<std::filesystem::path> tried;
+  if (const char* from_environment = std::getenv(kCorpusEnvironment)) {
+    const std::filesystem::path path(from_environment);
+    if (std::filesystem::is_regular_file(path)) return path.string();
+    tried.push_back(path);
+  }
+  const auto compiled = std::filesystem::path(TANDEM_SOURCE_DIR) / kCorpusRelativePath;
+  if (std::filesystem::is_regular_file(compiled)) return compiled.string();
+  tried.push_back(compiled);
+  std::error_code error;
+  const auto executable = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    for (auto directory = executable.parent_path(); !directory.empty();
+         directory = directory.parent_path()) {
+      const auto candidate = directory / kCorpusRelativePath;
+      if (std::filesystem::is_regular_file(candidate)) return candidate.string();
+      tried.push_back(candidate);
+      if (directory == directory.root_path()) break;
+    }
+  }
+  std::string message = "the embedded corpus " + std::string(kCorpusRelativePath) +
+                        " was not found; tried:";
+  for (const auto& path : tried) message += " " + path.string();
+  message += "; fix: set " + std::string(kCorpusEnvironment) +
+             "=/path/to/default.jsonl or give --data-path PREFIX";
+  throw DatasetError(message);
+}
+
+namespace {
+// Whether PREFIX already holds exactly these documents as the writer would record them.
+bool dataset_holds(const std::string& prefix,
+                   const std::vector<std::vector<std::int32_t>>& documents) {
+  try {
+    const auto dataset = IndexedDataset::open(prefix, dtype_for_vocabulary(kByteVocabularySize));
+    if (dataset.document_count() != static_cast<std::int64_t>(documents.size())) return false;
+    std::int64_t sequence = 0;
+    for (std::size_t d = 0; d < documents.size(); ++d) {
+      const auto& text = documents[d];
+      const std::int64_t first = dataset.document_index(static_cast<std::int64_t>(d));
+      const std::int64_t last = dataset.document_index(static_cast<std::int64_t>(d) + 1);
+      if (text.empty()) {
+        if (last != first) return false;
+        continue;
+      }
+      if (first != sequence || last != sequence + 1) return false;
+      auto tokens = dataset.sequence_tokens(sequence++);
+      if (tokens.size() != text.size() + 1 || tokens.back() != kEodToken) return false;
+      tokens.pop_back();
+      if (tokens != text) return false;
+    }
+    return true;
+  } catch (const DatasetError&) {
+    return false;
+  }
+}
+}  // namespace
+
+std::string build_default_corpus_dataset(const std::string& directory) {
+  std::filesystem::create_directories(directory);
+  JsonlBuildConfig config;
+  config.input_path = default_corpus_jsonl_path();
+  config.output_prefix = (std::filesystem::path(directory) / "default_corpus").string();
+  const auto documents = read_jsonl_documents(config);
+  if (!dataset_holds(config.output_prefix, documents)) {
+    write_documents(config.output_prefix, documents);
+  }
+  return config.output_prefix;
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,60 @@
+// `tandem data build` as a library call: JSON Lines documents with a "text" field, tokenized by
+// the byte tokenizer of SPEC 12, written as a Megatron indexed dataset (SPEC 2). Also where the
+// embedded default corpus lives and how it becomes a dataset at run time.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/data/indexed_dataset.hpp"
+
+namespace tandem::data {
+
+// A bad input line: the message names the file, the line number, what was wrong and the fix.
+class JsonlError : public std::runtime_error {
+ public:
+  JsonlError(const std::string& message, std::int64_t line)
+      : std::runtime_error(message), line_(line) {}
+  std::int64_t line() const { return line_; }  // 1-based
+
+ private:
+  std::int64_t line_;
+};
+
+// SPEC 12's byte tokenizer: ids 0-255 are the UTF-8 bytes of the text (EOD 256 and PAD 257 are
+// never produced here; the writer appends EOD).
+std::vector<std::int32_t> byte_tokenize(const std::string& utf8_text);
+
+struct JsonlBuildConfig {
+  std::string input_path;          // DOCS.jsonl: one JSON object per line
+  std::string output_prefix;       // writes PREFIX.bin and PREFIX.idx
+  std::string tokenizer = "bytes"; // the only tokenizer so far (SPEC 12)
+  std::string text_key = "text";   // the field holding each document's text
+};
+
+// Reads and checks every line, tokenized (one vector per document, EOD not yet appended).
+// Throws JsonlError naming the file and 1-based line of the first bad line.
+std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConfig& config);
+
+// Writes byte-tokenized documents to PREFIX atomically (EOD appended to non-empty ones).
+IndexedDatasetSummary write_documents(const std::string& prefix,
+                                      const std::vector<std::vector<std::int32_t>>& documents);
+
+// Reads every line, tokenizes, writes atomically. On any bad line throws JsonlError and leaves
+// no output files behind (an existing dataset at PREFIX stays as it was).
+IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config);
+
+// The embedded corpus (fixtures/corpus/default.jsonl). Looked up in order: the environment
+// variable TANDEM_CORPUS (a file), the source tree this library was compiled from
+// (TANDEM_SOURCE_DIR), then fixtures/corpus/ beside the running binary and each of its parent
+// directories (a build folder inside a copied checkout). Throws naming every place it tried.
+std::string default_corpus_jsonl_path();
+
+// Builds the embedded corpus into DIRECTORY/default_corpus.{bin,idx} (creating DIRECTORY) and
+// returns that prefix. Nothing is rewritten when the files there already hold exactly this corpus.
+// With several ranks, call it on one rank and wait (a rewrite briefly removes PREFIX.idx).
+std::string build_default_corpus_dataset(const std::string& directory);
+
+}  // namespace tandem::data
