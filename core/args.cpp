@@ -627,7 +627,10 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
     schedule.lr_warmup_samples =
         static_cast<std::int64_t>(args.lr_warmup_fraction * schedule.lr_decay_samples);
   }
-  checker.check(schedule.train_samples >= gbs, "--train-samples", text(schedule.train_samples),
+  const bool initialization_only = launch.allow_zero_train_samples &&
+                                   args.given("--train-samples") && schedule.train_samples == 0;
+  checker.check(schedule.train_samples >= gbs || initialization_only, "--train-samples",
+                text(schedule.train_samples),
                 "must be at least one global batch (" + text(gbs) + " samples)",
                 "give --train-samples (or --train-iters, or --train-tokens) of at least one "
                 "update");
@@ -636,7 +639,7 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   checker.check(schedule.lr_decay_samples >= 0, "--lr-decay-samples",
                 text(schedule.lr_decay_samples), "must be >= 0", "drop it to decay over training");
   checker.check(schedule.lr_warmup_samples <= schedule.lr_decay_samples ||
-                    schedule.lr_decay_style == LrDecayStyle::constant,
+                    schedule.lr_decay_style == LrDecayStyle::constant || initialization_only,
                 "--lr-warmup-samples", text(schedule.lr_warmup_samples),
                 "warmup must not exceed the decay span (" + text(schedule.lr_decay_samples) +
                     " samples)",

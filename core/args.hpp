@@ -84,6 +84,8 @@ void add_run_options(CLI::App& app, RunArguments& args);
 // Where the world size comes from when training (the launcher) rather than planning.
 struct LaunchContext {
   std::optional<std::int64_t> launched_world_size;  // ranks the launcher started; none = planning
+  // `tandem train --train-samples 0 --save DIR` writes the initialized model (SPEC 12).
+  bool allow_zero_train_samples = false;
 };
 
 // Applies derived defaults (Megatron's), converts iterations and tokens into samples, and checks

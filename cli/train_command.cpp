@@ -1,0 +1,99 @@
+// `tandem train [ARGS] [--engine production|reference] [--device cuda|cpu]`: trains with the same
+// Megatron-style options as `tandem plan` (SPEC 12). The reference engine runs today; the
+// production engine (CUDA kernels with a cpu backend) is not built yet and says so.
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/command.hpp"
+#include "core/args.hpp"
+#include "production/cuda/device.hpp"
+#include "reference/run.hpp"
+
+namespace tandem::cli {
+namespace {
+
+struct TrainCommandState {
+  RunArguments run;
+  TrainOptions options;
+  std::vector<std::int64_t> nonfinite_iterations;
+};
+
+Command add_train_command(CLI::App& parent) {
+  auto state = std::make_shared<TrainCommandState>();
+  CLI::App* sub = parent.add_subcommand(
+      "train", "Train: the reference engine (exact CPU twin) today; logs JSON Lines, writes "
+               "checkpoints, resumes bit-exactly (SPEC 9, 12)");
+  add_run_options(*sub, state->run);
+  auto& options = state->options;
+  const std::string group = "Training";
+  sub->add_option("--engine", options.engine,
+                  "reference (exact CPU twin) | production (not built yet) (default: reference)")
+      ->check(CLI::IsMember({"reference", "production"}))->group(group);
+  sub->add_option("--device", options.device,
+                  "cuda | cpu (default: cuda when a device answers, else cpu; the reference runs "
+                  "on cpu only)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))->group(group);
+  sub->add_option("--reference-precision", options.reference_precision,
+                  "double | float50 (50 significant digits, for golden numbers) (default: double)")
+      ->check(CLI::IsMember({"double", "float50"}))->group(group);
+  sub->add_option("--log", options.log_path,
+                  "JSON Lines log: a header record, then one record per iteration "
+                  "(default: SAVE/log.jsonl with --save, else none)")->group(group);
+  sub->add_option("--audit-params", options.audit_params,
+                  "parameter elements (chosen by --seed from both decay groups) whose AdamW "
+                  "inputs and result every iteration record carries, for `tandem audit` "
+                  "(default: 0)")
+      ->check(CLI::NonNegativeNumber)->group(group);
+  sub->add_option("--max-consecutive-skips", options.max_consecutive_skips,
+                  "stop with an error after this many skipped updates in a row, after a final "
+                  "checkpoint (updates; default: 10)")
+      ->check(CLI::PositiveNumber)->group(group);
+  sub->add_option("--data-cache", options.data_cache,
+                  "directory the embedded corpus is built into when no --data-path is given "
+                  "(default: $TMPDIR/tandem-default-corpus)")->group(group);
+  sub->add_option("--exit-interval", options.exit_interval,
+                  "stop after the iteration that is a multiple of this, saving a checkpoint "
+                  "with --save (Megatron's option; iterations; default: 0 = run to the end)")
+      ->check(CLI::NonNegativeNumber)->group(group);
+  sub->add_flag("--quiet", options.quiet, "no progress line per iteration")->group(group);
+  // Test-only (hidden): make the reduced gradient of these iterations NaN (SPEC 8 tests).
+  sub->add_option("--test-nonfinite-gradient-iterations", state->nonfinite_iterations)
+      ->delimiter(',')->group("");
+
+  Command command;
+  command.app = sub;
+  command.run = [state]() {
+    LaunchContext launch;
+    launch.allow_zero_train_samples = true;  // SPEC 12: --train-samples 0 --save writes iter 0
+    const RunConfig config = build_run_config(state->run, launch);
+    TrainOptions options = state->options;
+    options.test_nonfinite_gradient_iterations = {state->nonfinite_iterations.begin(),
+                                                  state->nonfinite_iterations.end()};
+    if (options.engine == "production") {
+      std::cerr << "error: --engine production: the production trainer (CUDA kernels with a cpu "
+                   "backend) is not built yet; fix: use --engine reference\n";
+      return 2;
+    }
+    if (options.device.empty()) options.device = "cpu";  // the reference's only device
+    if (options.device == "cuda") {
+      std::cerr << "error: --device cuda: the reference engine runs on the CPU only (it is the "
+                   "exact twin); fix: use --device cpu or drop --device\n";
+      return 2;
+    }
+    const auto summary = reference::run_reference_training(config, options, std::cout);
+    if (summary.iterations > 0) {
+      std::cout << "loss " << summary.first_loss << " -> " << summary.last_loss << " over "
+                << summary.iterations << " iterations (drop " << summary.first_loss - summary.last_loss
+                << "), skipped updates " << summary.skipped_updates << "\n";
+    }
+    return 0;
+  };
+  return command;
+}
+
+}  // namespace
+
+TANDEM_COMMAND(40, add_train_command);
+
+}  // namespace tandem::cli

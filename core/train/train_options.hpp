@@ -1,0 +1,25 @@
+// Options of `tandem train` beyond the run's configuration (SPEC 12): which engine and device,
+// where the log goes, what to audit, when to give up on skipped updates.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+namespace tandem {
+
+struct TrainOptions {
+  std::string engine = "reference";     // reference | production (production: not built yet)
+  std::string device;                   // cuda | cpu; empty = cuda when a device answers, else cpu
+  std::string reference_precision = "double";  // double | float50 (golden numbers)
+  std::string log_path;                 // JSON Lines; empty = SAVE/log.jsonl with --save, else none
+  std::int64_t audit_params = 0;        // parameter elements audited per update (SPEC 12)
+  std::int64_t max_consecutive_skips = 10;  // SPEC 8: stop after this many skips in a row
+  std::string data_cache;               // where the embedded corpus is built; empty = temp dir
+  std::int64_t exit_interval = 0;       // Megatron: stop (saving) once iteration % this == 0
+  bool quiet = false;                   // no progress line per iteration
+  // Test-only: iterations (1-based) whose reduced gradient is made non-finite (SPEC 8 tests).
+  std::set<std::int64_t> test_nonfinite_gradient_iterations;
+};
+
+}  // namespace tandem

@@ -1,0 +1,32 @@
+// `tandem train --engine reference`: the whole run around the reference trainer — data, resume,
+// the log's header and iteration records, progress lines, checkpoints, the skip limit.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+
+#include "core/config.hpp"
+#include "core/data/sample.hpp"
+#include "core/train/train_options.hpp"
+
+namespace tandem::reference {
+
+// What a finished run reports (the CLI prints it; tests read it).
+struct RunSummary {
+  std::int64_t iterations = 0;       // run by this invocation
+  double first_loss = 0;             // of this invocation's first iteration
+  double last_loss = 0;
+  std::int64_t skipped_updates = 0;  // cumulative
+};
+
+// Opens the run's data: --data-path, or the embedded corpus built under options.data_cache.
+std::function<Sample(std::int64_t)> open_training_samples(const RunConfig& config,
+                                                          const TrainOptions& options);
+
+// Trains config.schedule.train_samples / GBS iterations in all (resuming from --load when given),
+// writing progress to `out`. Throws std::runtime_error on a failure (e.g. the skip limit, after
+// its final checkpoint) and ConfigError on a bad resume.
+RunSummary run_reference_training(const RunConfig& config, const TrainOptions& options,
+                                  std::ostream& out);
+
+}  // namespace tandem::reference

@@ -1,0 +1,181 @@
+// `tandem train --engine reference` and `tandem audit` through the real binary, on the embedded
+// corpus: logs carry what SPEC 12 lists, the audit passes and rejects a tampered log, a resumed
+// run equals a straight one bit for bit (SPEC 9), skipped updates and the skip limit (SPEC 8),
+// iteration-0 checkpoints, and bad input exits non-zero naming the field.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_tandem.hpp"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_tandem;
+
+class TrainCli : public ::testing::Test {
+ protected:
+  fs::path root_;
+
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("tandem_train_cli_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // A tiny model on the embedded corpus: 6 updates of 4 samples x 32 tokens, warmup + cosine.
+  std::vector<std::string> tiny(const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> arguments = {
+        "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+        "--group-query-attention", "--num-query-groups", "2", "--seq-length", "32",
+        "--micro-batch-size", "2", "--global-batch-size", "4", "--train-samples", "24",
+        "--lr", "3e-3", "--min-lr", "3e-4", "--lr-warmup-samples", "8", "--lr-decay-style",
+        "cosine", "--clip-grad", "1.0", "--weight-decay", "0.1", "--data-cache",
+        (root_ / "data").string(), "--quiet"};
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    return arguments;
+  }
+
+  static std::vector<nlohmann::json> read_log(const fs::path& path) {
+    std::vector<nlohmann::json> records;
+    std::ifstream input(path);
+    std::string line;
+    while (std::getline(input, line)) records.push_back(nlohmann::json::parse(line));
+    return records;
+  }
+
+  static std::string bytes_of(const fs::path& path) {
+    std::ifstream input(path, std::ios::binary);
+    std::ostringstream out;
+    out << input.rdbuf();
+    return out.str();
+  }
+};
+
+TEST_F(TrainCli, LogCarriesTheHeaderAndEveryIterationField) {
+  const auto log = root_ / "log.jsonl";
+  const auto result = run_tandem(tiny({"--log", log.string()}), "", "2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto records = read_log(log);
+  ASSERT_EQ(records.size(), 1u + 6u);
+  EXPECT_EQ(records[0]["type"], "header");
+  EXPECT_EQ(records[0]["engine"], "reference");
+  EXPECT_EQ(records[0]["config"]["batch"]["global_batch_size"], 4);
+  EXPECT_TRUE(records[0].contains("parameter_groups"));
+  for (const char* field :
+       {"iteration", "consumed_samples", "lr", "wd", "loss", "grad_norm", "clip_coeff", "clipped",
+        "update_successful", "step", "input_tokens", "loss_tokens", "pad_tokens",
+        "successful_updates", "skipped_updates", "total_input_tokens", "total_loss_tokens",
+        "total_pad_tokens"}) {
+    EXPECT_TRUE(records[1].contains(field)) << field;
+  }
+  EXPECT_EQ(records[1]["lr"], 0.0);  // SPEC 8: update 1 uses --lr-warmup-init (0)
+  EXPECT_EQ(records[6]["consumed_samples"], 24);
+  EXPECT_EQ(records[6]["total_input_tokens"], 24 * 32);  // concat packing: no padding
+}
+
+TEST_F(TrainCli, AuditPassesOnARealLogAndRejectsATamperedOne) {
+  const auto log = root_ / "log.jsonl";
+  ASSERT_EQ(run_tandem(tiny({"--log", log.string(), "--audit-params", "6"})).exit_code, 0);
+  const auto audit = run_tandem({"audit", log.string()}, "", "2>&1");
+  EXPECT_EQ(audit.exit_code, 0) << audit.output;
+  EXPECT_NE(audit.output.find("verdict: every audited update"), std::string::npos);
+
+  // Negative control: move one logged new value by 1e-12 relative; the audit must refuse it.
+  auto records = read_log(log);
+  auto& entry = records[3]["audit"][0];
+  entry["new_value"] = entry["new_value"].get<double>() * (1 + 1e-12);
+  const auto tampered = root_ / "tampered.jsonl";
+  {
+    std::ofstream out(tampered);
+    for (const auto& record : records) out << record.dump() << "\n";
+  }
+  const auto refused = run_tandem({"audit", tampered.string()}, "", "2>&1");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("MISMATCH"), std::string::npos) << refused.output;
+}
+
+TEST_F(TrainCli, ResumeEqualsRunningStraightBitwise) {
+  const auto straight = root_ / "straight";
+  const auto resumed = root_ / "resumed";
+  ASSERT_EQ(run_tandem(tiny({"--save", straight.string()})).exit_code, 0);
+  ASSERT_EQ(run_tandem(tiny({"--save", resumed.string(), "--exit-interval", "4"})).exit_code, 0);
+  ASSERT_TRUE(fs::exists(resumed / "iter_0000004"));
+  ASSERT_FALSE(fs::exists(resumed / "iter_0000006"));
+  const auto result =
+      run_tandem(tiny({"--save", resumed.string(), "--load", resumed.string()}), "", "2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(bytes_of(straight / "iter_0000006" / file), bytes_of(resumed / "iter_0000006" / file))
+        << file;
+  }
+  const auto manifest = [](const fs::path& dir) {
+    return nlohmann::json::parse(bytes_of(dir / "iter_0000006" / "manifest.json"));
+  };
+  EXPECT_EQ(manifest(straight)["counters"], manifest(resumed)["counters"]);
+}
+
+TEST_F(TrainCli, AChangedScheduleOnResumeIsAnErrorUnlessOverridden) {
+  const auto save = root_ / "ckpt";
+  ASSERT_EQ(run_tandem(tiny({"--save", save.string(), "--exit-interval", "2"})).exit_code, 0);
+  const auto refused =
+      run_tandem(tiny({"--load", save.string(), "--lr", "1e-3"}), "", "2>&1");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--lr"), std::string::npos) << refused.output;
+  const auto allowed = run_tandem(
+      tiny({"--load", save.string(), "--lr", "1e-3", "--override-opt-param-scheduler"}), "",
+      "2>&1");
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+}
+
+TEST_F(TrainCli, SkippedUpdatesAreLoggedAndTheSkipLimitStopsAfterAFinalCheckpoint) {
+  const auto log = root_ / "log.jsonl";
+  ASSERT_EQ(run_tandem(tiny({"--log", log.string(), "--test-nonfinite-gradient-iterations", "2"}))
+                .exit_code,
+            0);
+  const auto records = read_log(log);
+  EXPECT_EQ(records[2]["update_successful"], false);
+  EXPECT_EQ(records[2]["step"], 1);
+  EXPECT_EQ(records[2]["skipped_updates"], 1);
+  EXPECT_EQ(records[3]["step"], 2);
+  EXPECT_EQ(records[6]["successful_updates"], 5);
+
+  const auto save = root_ / "ckpt";
+  const auto stopped =
+      run_tandem(tiny({"--save", save.string(), "--test-nonfinite-gradient-iterations", "2,3",
+                       "--max-consecutive-skips", "2"}),
+                 "", "2>&1");
+  EXPECT_EQ(stopped.exit_code, 1) << stopped.output;
+  EXPECT_NE(stopped.output.find("iteration 3"), std::string::npos) << stopped.output;
+  EXPECT_TRUE(fs::exists(save / "iter_0000003" / "manifest.json"));
+}
+
+TEST_F(TrainCli, ZeroTrainSamplesWritesTheInitializedModelAsIterationZero) {
+  const auto save = root_ / "init";
+  const auto result = run_tandem(tiny({"--train-samples", "0", "--save", save.string()}), "", "2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(fs::exists(save / "iter_0000000" / "model.safetensors"));
+}
+
+TEST_F(TrainCli, BadInputExitsNonZeroNamingTheField) {
+  const auto bad = run_tandem(tiny({"--global-batch-size", "5"}), "", "2>&1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--global-batch-size"), std::string::npos) << bad.output;
+  const auto unknown = run_tandem(tiny({"--no-such-option"}), "", "2>&1");
+  EXPECT_EQ(unknown.exit_code, 2);
+  const auto production = run_tandem(tiny({"--engine", "production"}), "", "2>&1");
+  EXPECT_EQ(production.exit_code, 2);
+  EXPECT_NE(production.output.find("not built yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem
