@@ -1,0 +1,568 @@
+// The planner's arithmetic (core/planner.hpp): every number of SPEC 11 from a validated RunConfig,
+// plus parameters by component and memory per GPU. docs/PLANNER.md states each formula.
+#include "core/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/schedule.hpp"
+
+namespace tandem {
+namespace {
+
+constexpr double kBytesPerGib = 1024.0 * 1024.0 * 1024.0;  // GiB = 2^30 bytes
+constexpr double kBf16Bytes = 2.0;
+constexpr double kFp32Bytes = 4.0;
+constexpr double kBubbleWarningFraction = 0.25;  // issue: warn when the bubble exceeds 25 %
+
+std::int64_t ceil_div(std::int64_t numerator, std::int64_t denominator) {
+  return (numerator + denominator - 1) / denominator;
+}
+
+// 1234567 -> "1,234,567".
+std::string grouped(std::int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string out;
+  const auto length = static_cast<std::int64_t>(digits.size());
+  for (std::int64_t i = 0; i < length; ++i) {
+    if (i > 0 && (length - i) % 3 == 0) out += ',';
+    out += digits[static_cast<std::size_t>(i)];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+std::string fixed(double value, int decimals) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(decimals) << value;
+  return out.str();
+}
+
+std::string general(double value) {
+  std::ostringstream out;
+  out << std::setprecision(6) << value;
+  return out.str();
+}
+
+// Parameters one TP rank of one decoder block holds. Column-parallel weights and biases (q, k, v,
+// gate, up) and row-parallel weights (o, down) are split over TP; row-parallel biases and the
+// norm weights are replicated (Megatron).
+std::int64_t layer_parameters_per_gpu(const ParameterCount& count, const ModelConfig& model,
+                                      std::int64_t tp) {
+  const std::int64_t row_parallel_biases = model.add_bias_linear ? 2 * model.hidden_size : 0;
+  const std::int64_t split = count.attention_q + count.attention_k + count.attention_v +
+                             count.attention_o + count.mlp_gate + count.mlp_up + count.mlp_down +
+                             count.attention_biases + count.mlp_biases - row_parallel_biases;
+  // ceil: Megatron requires F divisible by TP; when it is not, count the larger shard.
+  return ceil_div(split, tp) + row_parallel_biases + count.layer_norms;
+}
+
+// Activation bytes one GPU stores for backward, per decoder block and microbatch
+// (docs/PLANNER.md "Activations": Korthikanti et al. 2022 adapted to SwiGLU + GQA, no dropout).
+double activation_bytes_per_layer(const RunConfig& config, RecomputeGranularity recompute) {
+  const ModelConfig& model = config.model;
+  const ParallelConfig& parallel = config.parallel;
+  const double element_bytes = config.optimizer.bf16 ? kBf16Bytes : kFp32Bytes;
+  const double tp = static_cast<double>(parallel.tensor_parallel);
+  const double sequence_split = parallel.sequence_parallel ? tp : 1.0;  // SP shards these over TP
+  const double full_sequence = static_cast<double>(model.seq_length);   // s
+  const double local_sequence = full_sequence / static_cast<double>(parallel.context_parallel);
+  const double tokens = local_sequence * static_cast<double>(config.batch.micro_batch_size);  // s b
+  const double d = static_cast<double>(model.hidden_size);
+  const double kv = static_cast<double>(model.kv_width());
+  const double ffn = static_cast<double>(model.ffn_hidden_size);
+  const double heads = static_cast<double>(model.num_attention_heads);
+
+  // Replicated over TP unless SP: two norm inputs, the QKV input, the MLP input (4 s b d).
+  const double sequence_elements = 4.0 * tokens * d / sequence_split;
+  // Split over TP: q (s b d), k and v (2 s b kv), attention output (s b d), gate, up and their
+  // SwiGLU product (3 s b F).
+  const double tensor_elements = (2.0 * tokens * d + 2.0 * tokens * kv + 3.0 * tokens * ffn) / tp;
+  // Softmax output of core attention: H x (s/c) x s per sample, split over TP.
+  const double score_elements = heads * tokens * full_sequence / tp;
+
+  switch (recompute) {
+    case RecomputeGranularity::none:
+      return element_bytes * (sequence_elements + tensor_elements + score_elements);
+    case RecomputeGranularity::selective:
+      return element_bytes * (sequence_elements + tensor_elements);
+    case RecomputeGranularity::full:
+      return element_bytes * tokens * d / sequence_split;  // the block's input only
+  }
+  return 0.0;
+}
+
+MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
+                       const ParameterCount& count) {
+  const ModelConfig& model = config.model;
+  const ParallelConfig& parallel = config.parallel;
+  const std::int64_t tp = parallel.tensor_parallel;
+  const std::int64_t pp = parallel.pipeline_parallel;
+  const std::int64_t v = parallel.virtual_pipeline_stages;
+  const std::int64_t layers_per_stage = model.num_layers / pp;
+  const std::int64_t microbatches = config.microbatches_per_replica();
+
+  MemoryPlan memory;
+  memory.recompute = options.recompute;
+  memory.budget_gib = options.gpu_memory_gib;
+  memory.activation_bytes_per_layer = activation_bytes_per_layer(config, options.recompute);
+  // Full recompute rebuilds one block's activations (selective level) for one microbatch at a
+  // time in backward: that working set exists once, on top of the stored block inputs.
+  const double recompute_working_bytes =
+      options.recompute == RecomputeGranularity::full
+          ? activation_bytes_per_layer(config, RecomputeGranularity::selective)
+          : 0.0;
+
+  const std::int64_t layer_gpu = layer_parameters_per_gpu(count, model, tp);
+  const std::int64_t vocab_matrix_gpu = model.padded_vocab_size * model.hidden_size / tp;
+  const double weight_bytes = config.optimizer.bf16 ? kBf16Bytes : kFp32Bytes;
+  // fp32 main params exist apart from the compute weights only with bf16; m and v always.
+  const double optimizer_bytes = config.optimizer.bf16 ? 3.0 * kFp32Bytes : 2.0 * kFp32Bytes;
+  const double optimizer_shards =
+      parallel.use_distributed_optimizer ? static_cast<double>(parallel.data_parallel) : 1.0;
+
+  // 1F1B: the first stage holds min(p, m) microbatches; interleaving multiplies that by
+  // Korthikanti's (1 + (p - 1) / (p v)).
+  const double interleave_factor =
+      v > 1 ? 1.0 + static_cast<double>(pp - 1) / static_cast<double>(pp * v) : 1.0;
+  const double first_in_flight =
+      static_cast<double>(std::min(pp, microbatches)) * interleave_factor;
+  const double last_in_flight = v > 1 ? first_in_flight : 1.0;
+  // fp32 logits of one microbatch for the vocab-parallel cross-entropy (SPEC 5: fp32 at least).
+  const double logits_bytes = kFp32Bytes * static_cast<double>(model.seq_length) /
+                              static_cast<double>(parallel.context_parallel) *
+                              static_cast<double>(config.batch.micro_batch_size) *
+                              static_cast<double>(model.padded_vocab_size) /
+                              static_cast<double>(tp);
+
+  auto stage_memory = [&](const std::string& name, bool first, bool last) {
+    StageMemory stage;
+    stage.stage = name;
+    stage.parameters_per_gpu = layers_per_stage * layer_gpu;
+    if (first) stage.parameters_per_gpu += vocab_matrix_gpu;  // embedding
+    // The output layer; tied, the last stage keeps its own copy of the embedding (SPEC 6).
+    if (last && (!model.tie_embeddings || !first)) stage.parameters_per_gpu += vocab_matrix_gpu;
+    if (last) stage.parameters_per_gpu += model.hidden_size;  // final norm, replicated
+    const double parameters = static_cast<double>(stage.parameters_per_gpu);
+    stage.weights_gib = parameters * weight_bytes / kBytesPerGib;
+    stage.main_grads_gib = parameters * kFp32Bytes / kBytesPerGib;
+    stage.optimizer_state_gib = parameters * optimizer_bytes / optimizer_shards / kBytesPerGib;
+    stage.activations_in_flight = first ? first_in_flight : last_in_flight;
+    double activation_bytes = stage.activations_in_flight *
+                              static_cast<double>(layers_per_stage) *
+                              memory.activation_bytes_per_layer;
+    activation_bytes += recompute_working_bytes;
+    if (last) activation_bytes += logits_bytes;
+    stage.activations_gib = activation_bytes / kBytesPerGib;
+    stage.total_gib = stage.weights_gib + stage.main_grads_gib + stage.optimizer_state_gib +
+                      stage.activations_gib;
+    return stage;
+  };
+  if (pp == 1) {
+    memory.stages.push_back(stage_memory("only", true, true));
+  } else {
+    memory.stages.push_back(stage_memory("first", true, false));
+    memory.stages.push_back(stage_memory("last", false, true));
+  }
+  for (const auto& stage : memory.stages) memory.peak_gib = std::max(memory.peak_gib, stage.total_gib);
+  return memory;
+}
+
+LrMilestone milestone(const ScheduleConfig& schedule, std::string name, std::int64_t update,
+                      std::int64_t gbs) {
+  LrMilestone point;
+  point.name = std::move(name);
+  point.update = update;
+  point.scheduler_samples = scheduler_samples_before_update(update, gbs);  // SPEC 8
+  point.lr = learning_rate<double>(schedule, point.scheduler_samples);
+  point.wd = weight_decay_at<double>(schedule, point.scheduler_samples);
+  return point;
+}
+
+// The first update whose scheduler position reaches `samples`: (k - 1) x GBS >= samples.
+std::int64_t first_update_at_or_after(std::int64_t samples, std::int64_t gbs) {
+  return ceil_div(samples, gbs) + 1;
+}
+
+}  // namespace
+
+std::string to_string(RecomputeGranularity granularity) {
+  switch (granularity) {
+    case RecomputeGranularity::none: return "none";
+    case RecomputeGranularity::selective: return "selective";
+    case RecomputeGranularity::full: return "full";
+  }
+  return "?";
+}
+
+std::optional<RecomputeGranularity> parse_recompute_granularity(const std::string& text) {
+  if (text == "none") return RecomputeGranularity::none;
+  if (text == "selective") return RecomputeGranularity::selective;
+  if (text == "full") return RecomputeGranularity::full;
+  return std::nullopt;
+}
+
+std::int64_t causal_attention_pairs(std::int64_t seq_length) {
+  return seq_length * (seq_length + 1) / 2;
+}
+
+double pipeline_bubble_fraction(std::int64_t pipeline_stages, std::int64_t microbatches,
+                                std::int64_t virtual_stages) {
+  const double fill_and_drain = static_cast<double>(pipeline_stages - 1);
+  const double useful = static_cast<double>(virtual_stages * microbatches);
+  return fill_and_drain / (useful + fill_and_drain);
+}
+
+ParameterCount count_parameters(const ModelConfig& model) {
+  const std::int64_t d = model.hidden_size;
+  const std::int64_t kv = model.kv_width();
+  const std::int64_t ffn = model.ffn_hidden_size;
+  const std::int64_t vocab = model.padded_vocab_size;
+  ParameterCount count;
+  count.embedding = vocab * d;
+  count.attention_q = d * d;
+  count.attention_k = d * kv;
+  count.attention_v = d * kv;
+  count.attention_o = d * d;
+  count.attention_biases = model.add_bias_linear ? d + kv + kv + d : 0;
+  count.mlp_gate = d * ffn;
+  count.mlp_up = d * ffn;
+  count.mlp_down = ffn * d;
+  count.mlp_biases = model.add_bias_linear ? ffn + ffn + d : 0;
+  count.layer_norms = 2 * d;
+  count.per_layer = count.attention_q + count.attention_k + count.attention_v +
+                    count.attention_o + count.attention_biases + count.mlp_gate + count.mlp_up +
+                    count.mlp_down + count.mlp_biases + count.layer_norms;
+  count.all_layers = model.num_layers * count.per_layer;
+  count.final_norm = d;
+  count.output_layer = model.tie_embeddings ? 0 : vocab * d;
+  count.total = count.embedding + count.all_layers + count.final_norm + count.output_layer;
+  return count;
+}
+
+Plan make_plan(const RunConfig& config, const PlanOptions& options) {
+  const ParallelConfig& parallel = config.parallel;
+  const ScheduleConfig& schedule = config.schedule;
+  const std::int64_t gbs = config.batch.global_batch_size;
+  const std::int64_t seq = config.model.seq_length;
+
+  Plan plan;
+  plan.config = config;
+  plan.options = options;
+
+  plan.world_size = parallel.world_size;
+  plan.data_parallel_size = parallel.data_parallel;
+  plan.layout = "TP" + std::to_string(parallel.tensor_parallel) + " x PP" +
+                std::to_string(parallel.pipeline_parallel) + " x CP" +
+                std::to_string(parallel.context_parallel) + " x DP" +
+                std::to_string(parallel.data_parallel) + " = " + grouped(parallel.world_size) +
+                " GPUs";
+
+  // SPEC 1: GBS = mbs x microbatches x DP; tokens = sequences x seq_length.
+  plan.sequences_per_update = gbs;
+  plan.tokens_per_update = config.tokens_per_update();
+  plan.microbatches_per_replica = config.microbatches_per_replica();
+  plan.virtual_pipeline_stages = parallel.virtual_pipeline_stages;
+  plan.pipeline_bubble_fraction =
+      pipeline_bubble_fraction(parallel.pipeline_parallel, plan.microbatches_per_replica,
+                               parallel.virtual_pipeline_stages);
+  // SPEC 11's comparison: half and double the microbatches at the same DP and mbs.
+  std::vector<std::int64_t> alternatives;
+  if (plan.microbatches_per_replica % 2 == 0) alternatives.push_back(plan.microbatches_per_replica / 2);
+  alternatives.push_back(plan.microbatches_per_replica);
+  alternatives.push_back(2 * plan.microbatches_per_replica);
+  for (const std::int64_t microbatches : alternatives) {
+    BubbleAlternative alternative;
+    alternative.microbatches_per_replica = microbatches;
+    alternative.global_batch_size =
+        config.batch.micro_batch_size * microbatches * parallel.data_parallel;
+    alternative.tokens_per_update = alternative.global_batch_size * seq;
+    alternative.bubble_fraction = pipeline_bubble_fraction(
+        parallel.pipeline_parallel, microbatches, parallel.virtual_pipeline_stages);
+    plan.bubble_alternatives.push_back(alternative);
+  }
+
+  plan.attention_pairs_per_sequence = causal_attention_pairs(seq);
+  if (seq % 2 == 0) plan.attention_pairs_by_length.push_back({seq / 2, causal_attention_pairs(seq / 2)});
+  plan.attention_pairs_by_length.push_back({seq, plan.attention_pairs_per_sequence});
+
+  // SPEC 2: floor(train_samples / GBS) updates; the remainder is reported, never trained.
+  plan.total_updates = config.train_updates();
+  plan.total_samples = plan.total_updates * gbs;
+  plan.total_tokens = plan.total_samples * seq;
+  plan.train_samples_remainder = schedule.train_samples % gbs;
+  plan.warmup_samples = schedule.lr_warmup_samples;
+  // Updates with n < W use a warmup lr below the peak: k - 1 < W / GBS.
+  plan.warmup_updates = ceil_div(schedule.lr_warmup_samples, gbs);
+  plan.warmup_tokens = schedule.lr_warmup_samples * seq;
+  plan.decay_samples = schedule.lr_decay_samples;
+
+  if (config.token_rounding.requested_train_tokens) {
+    plan.requested_train_tokens = config.token_rounding.requested_train_tokens;
+    plan.budget_shortfall_tokens =
+        std::llround(*plan.requested_train_tokens) - plan.total_tokens;  // SPEC 11: rounds down
+  }
+  if (config.token_rounding.requested_lr_warmup_tokens) {
+    plan.requested_warmup_tokens = config.token_rounding.requested_lr_warmup_tokens;
+    plan.warmup_excess_tokens =
+        plan.warmup_tokens - std::llround(*plan.requested_warmup_tokens);  // SPEC 11: rounds up
+  }
+
+  // SPEC 8 milestones, each at the lr the update uses.
+  const std::int64_t last_update = std::max<std::int64_t>(plan.total_updates, 1);
+  plan.decay_midpoint_samples =
+      schedule.lr_warmup_samples + (schedule.lr_decay_samples - schedule.lr_warmup_samples) / 2;
+  plan.lr_milestones.push_back(milestone(schedule, "first_update", 1, gbs));
+  plan.lr_milestones.push_back(milestone(
+      schedule, "end_of_warmup", first_update_at_or_after(schedule.lr_warmup_samples, gbs), gbs));
+  plan.lr_milestones.push_back(milestone(
+      schedule, "decay_midpoint", first_update_at_or_after(plan.decay_midpoint_samples, gbs), gbs));
+  plan.lr_milestones.push_back(milestone(schedule, "last_update", last_update, gbs));
+  plan.lr_at_decay_midpoint = learning_rate<double>(schedule, plan.decay_midpoint_samples);
+  // SPEC 7: the decoupled decay multiplies p by 1 - lr x wd; at the peak lr = --lr.
+  plan.decay_multiplier_at_peak =
+      1.0 - schedule.lr * weight_decay_at<double>(schedule, schedule.lr_warmup_samples);
+
+  plan.parameters = count_parameters(config.model);
+  plan.memory = plan_memory(config, options, plan.parameters);
+
+  // Warnings.
+  const bool loss_masked = config.data.eod_mask_loss || config.data.packing == Packing::units;
+  if (config.data.loss_normalization == LossNormalization::microbatch_mean && loss_masked) {
+    plan.warnings.push_back(
+        "--loss-normalization microbatch-mean with loss masking on: microbatches carry different "
+        "numbers of loss tokens, so the gradients depend on the microbatch split (SPEC 5); "
+        "per-token normalization is split-invariant");
+  }
+  if (plan.memory.peak_gib > options.gpu_memory_gib) {
+    plan.warnings.push_back("memory: the peak stage needs " + fixed(plan.memory.peak_gib, 1) +
+                            " GiB per GPU, over the --gpu-memory-gib budget of " +
+                            fixed(options.gpu_memory_gib, 1) +
+                            " GiB; consider --recompute-granularity selective or full, or more "
+                            "TP/PP");
+  }
+  if (plan.pipeline_bubble_fraction > kBubbleWarningFraction) {
+    plan.warnings.push_back("pipeline bubble " + fixed(100.0 * plan.pipeline_bubble_fraction, 1) +
+                            " % is over 25 %; more microbatches per replica or an interleaved "
+                            "schedule lowers it");
+  }
+  if (plan.train_samples_remainder > 0) {
+    plan.warnings.push_back("--train-samples " + grouped(schedule.train_samples) +
+                            " is not a multiple of the global batch " + grouped(gbs) + ": " +
+                            grouped(plan.train_samples_remainder) +
+                            " samples are never trained (SPEC 2)");
+  }
+  return plan;
+}
+
+void to_json(nlohmann::json& out, const Plan& plan) {
+  using nlohmann::json;
+  auto optional_number = [](const auto& value) -> json {
+    return value ? json(*value) : json(nullptr);
+  };
+  json milestones = json::array();
+  for (const auto& point : plan.lr_milestones) {
+    milestones.push_back({{"name", point.name},
+                          {"update", point.update},
+                          {"scheduler_samples", point.scheduler_samples},
+                          {"lr", point.lr},
+                          {"wd", point.wd}});
+  }
+  json bubbles = json::array();
+  for (const auto& alternative : plan.bubble_alternatives) {
+    bubbles.push_back({{"microbatches_per_replica", alternative.microbatches_per_replica},
+                       {"global_batch_size", alternative.global_batch_size},
+                       {"tokens_per_update", alternative.tokens_per_update},
+                       {"bubble_fraction", alternative.bubble_fraction}});
+  }
+  json pairs = json::array();
+  for (const auto& entry : plan.attention_pairs_by_length) {
+    pairs.push_back({{"seq_length", entry.seq_length}, {"causal_pairs", entry.causal_pairs}});
+  }
+  const ParameterCount& p = plan.parameters;
+  json stages = json::array();
+  for (const auto& stage : plan.memory.stages) {
+    stages.push_back({{"stage", stage.stage},
+                      {"parameters_per_gpu", stage.parameters_per_gpu},
+                      {"weights_gib", stage.weights_gib},
+                      {"main_grads_gib", stage.main_grads_gib},
+                      {"optimizer_state_gib", stage.optimizer_state_gib},
+                      {"activations_in_flight", stage.activations_in_flight},
+                      {"activations_gib", stage.activations_gib},
+                      {"total_gib", stage.total_gib}});
+  }
+  json config;
+  to_json(config, plan.config);
+
+  out = json{
+      {"world_size", plan.world_size},
+      {"data_parallel_size", plan.data_parallel_size},
+      {"layout", plan.layout},
+      {"sequences_per_update", plan.sequences_per_update},
+      {"tokens_per_update", plan.tokens_per_update},
+      {"microbatches_per_replica", plan.microbatches_per_replica},
+      {"virtual_pipeline_stages", plan.virtual_pipeline_stages},
+      {"pipeline_bubble_fraction", plan.pipeline_bubble_fraction},
+      {"pipeline_bubble_alternatives", bubbles},
+      {"attention_pairs_per_sequence", plan.attention_pairs_per_sequence},
+      {"attention_pairs_by_seq_length", pairs},
+      {"total_updates", plan.total_updates},
+      {"total_samples", plan.total_samples},
+      {"total_tokens", plan.total_tokens},
+      {"train_samples_remainder", plan.train_samples_remainder},
+      {"warmup_samples", plan.warmup_samples},
+      {"warmup_updates", plan.warmup_updates},
+      {"warmup_tokens", plan.warmup_tokens},
+      {"decay_samples", plan.decay_samples},
+      {"requested_train_tokens", optional_number(plan.requested_train_tokens)},
+      {"budget_shortfall_tokens", optional_number(plan.budget_shortfall_tokens)},
+      {"requested_warmup_tokens", optional_number(plan.requested_warmup_tokens)},
+      {"warmup_excess_tokens", optional_number(plan.warmup_excess_tokens)},
+      {"lr_decay_style", to_string(plan.config.schedule.lr_decay_style)},
+      {"weight_decay_incr_style", to_string(plan.config.schedule.weight_decay_incr_style)},
+      {"lr_milestones", milestones},
+      {"decay_midpoint_samples", plan.decay_midpoint_samples},
+      {"lr_at_decay_midpoint", plan.lr_at_decay_midpoint},
+      {"decay_multiplier_at_peak", plan.decay_multiplier_at_peak},
+      {"parameters",
+       {{"embedding", p.embedding},
+        {"per_layer",
+         {{"attention_q", p.attention_q},
+          {"attention_k", p.attention_k},
+          {"attention_v", p.attention_v},
+          {"attention_o", p.attention_o},
+          {"attention_biases", p.attention_biases},
+          {"mlp_gate", p.mlp_gate},
+          {"mlp_up", p.mlp_up},
+          {"mlp_down", p.mlp_down},
+          {"mlp_biases", p.mlp_biases},
+          {"layer_norms", p.layer_norms},
+          {"total", p.per_layer}}},
+        {"num_layers", plan.config.model.num_layers},
+        {"all_layers", p.all_layers},
+        {"final_norm", p.final_norm},
+        {"output_layer", p.output_layer},
+        {"padded_vocab_size", plan.config.model.padded_vocab_size},
+        {"total", p.total}}},
+      {"memory_per_gpu",
+       {{"recompute_granularity", to_string(plan.memory.recompute)},
+        {"activation_bytes_per_layer", plan.memory.activation_bytes_per_layer},
+        {"stages", stages},
+        {"peak_gib", plan.memory.peak_gib},
+        {"budget_gib", plan.memory.budget_gib}}},
+      {"warnings", plan.warnings},
+      {"config", config},
+  };
+}
+
+void print_plan(std::ostream& out, const Plan& plan) {
+  const RunConfig& config = plan.config;
+  auto row = [&out](const std::string& label, const std::string& value) {
+    out << "  " << std::left << std::setw(38) << label << value << "\n";
+  };
+  auto percent = [](double fraction) { return fixed(100.0 * fraction, 1) + " %"; };
+  const std::int64_t seq = config.model.seq_length;
+
+  out << "tandem plan\n\nLayout\n";
+  row("layout", plan.layout);
+  row("world size (GPUs)", grouped(plan.world_size));
+  row("data-parallel replicas", grouped(plan.data_parallel_size));
+
+  out << "\nBatch (SPEC 1)\n";
+  row("micro batch size (samples)", grouped(config.batch.micro_batch_size));
+  row("microbatches per replica", grouped(plan.microbatches_per_replica));
+  row("sequences per update", grouped(plan.sequences_per_update));
+  row("sequence length (tokens)", grouped(seq));
+  row("tokens per update", grouped(plan.tokens_per_update));
+
+  out << "\nPipeline (p = " << config.parallel.pipeline_parallel
+      << ", v = " << plan.virtual_pipeline_stages << "; bubble = (p-1)/(v m + p-1))\n";
+  for (const auto& alternative : plan.bubble_alternatives) {
+    const bool current = alternative.microbatches_per_replica == plan.microbatches_per_replica;
+    row("m = " + grouped(alternative.microbatches_per_replica) + (current ? " (this run)" : ""),
+        percent(alternative.bubble_fraction) + "   (" + grouped(alternative.global_batch_size) +
+            " sequences, " + grouped(alternative.tokens_per_update) + " tokens per update)");
+  }
+
+  out << "\nAttention (causal pairs L(L+1)/2 per sequence)\n";
+  for (const auto& entry : plan.attention_pairs_by_length) {
+    row("L = " + grouped(entry.seq_length), grouped(entry.causal_pairs));
+  }
+
+  out << "\nTraining length (SPEC 2, 11)\n";
+  row("updates", grouped(plan.total_updates));
+  row("samples", grouped(plan.total_samples));
+  row("tokens", grouped(plan.total_tokens));
+  if (plan.requested_train_tokens) {
+    row("requested tokens (--train-tokens)", grouped(std::llround(*plan.requested_train_tokens)));
+    row("short of the request (rounded down)", grouped(*plan.budget_shortfall_tokens));
+  }
+  row("train-samples remainder", grouped(plan.train_samples_remainder));
+
+  out << "\nSchedule (SPEC 8: update k uses lr((k-1) x GBS))\n";
+  row("lr decay style", to_string(config.schedule.lr_decay_style));
+  row("weight decay style", to_string(config.schedule.weight_decay_incr_style));
+  row("warmup samples", grouped(plan.warmup_samples));
+  row("warmup updates", grouped(plan.warmup_updates));
+  row("warmup tokens", grouped(plan.warmup_tokens));
+  if (plan.requested_warmup_tokens) {
+    row("requested warmup (--lr-warmup-tokens)",
+        grouped(std::llround(*plan.requested_warmup_tokens)));
+    row("over the request (rounded up)", grouped(*plan.warmup_excess_tokens));
+  }
+  row("decay samples", grouped(plan.decay_samples));
+  for (const auto& point : plan.lr_milestones) {
+    row(point.name + " (update " + grouped(point.update) + ")",
+        "lr " + general(point.lr) + ", wd " + general(point.wd) + " at " +
+            grouped(point.scheduler_samples) + " samples");
+  }
+  row("lr halfway through decay", general(plan.lr_at_decay_midpoint) + " at " +
+                                      grouped(plan.decay_midpoint_samples) + " samples");
+  row("decay multiplier at peak (1-lr wd)", fixed(plan.decay_multiplier_at_peak, 6));
+
+  const ParameterCount& p = plan.parameters;
+  out << "\nParameters (padded vocabulary " << grouped(config.model.padded_vocab_size) << ")\n";
+  row("embedding", grouped(p.embedding));
+  row("per layer: attention q/k/v/o",
+      grouped(p.attention_q) + " / " + grouped(p.attention_k) + " / " + grouped(p.attention_v) +
+          " / " + grouped(p.attention_o));
+  if (config.model.add_bias_linear) {
+    row("per layer: biases (attention, MLP)",
+        grouped(p.attention_biases) + ", " + grouped(p.mlp_biases));
+  }
+  row("per layer: MLP gate/up/down",
+      grouped(p.mlp_gate) + " / " + grouped(p.mlp_up) + " / " + grouped(p.mlp_down));
+  row("per layer: two norms", grouped(p.layer_norms));
+  row("per layer", grouped(p.per_layer));
+  row("all " + grouped(config.model.num_layers) + " layers", grouped(p.all_layers));
+  row("final norm", grouped(p.final_norm));
+  row("output layer", config.model.tie_embeddings ? "tied to the embedding"
+                                                  : grouped(p.output_layer));
+  row("total", grouped(p.total) + " (" + fixed(static_cast<double>(p.total) / 1e9, 2) + " B)");
+
+  const MemoryPlan& memory = plan.memory;
+  out << "\nMemory per GPU, GiB (recompute " << to_string(memory.recompute) << ", "
+      << (config.optimizer.bf16 ? "bf16" : "fp32") << " weights"
+      << (config.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << ")\n";
+  for (const auto& stage : memory.stages) {
+    row(stage.stage + " stage: parameters", grouped(stage.parameters_per_gpu));
+    row(stage.stage + " stage: weights", fixed(stage.weights_gib, 2));
+    row(stage.stage + " stage: fp32 main grads", fixed(stage.main_grads_gib, 2));
+    row(stage.stage + " stage: optimizer state", fixed(stage.optimizer_state_gib, 2));
+    row(stage.stage + " stage: activations",
+        fixed(stage.activations_gib, 2) + " (" + fixed(stage.activations_in_flight, 2) +
+            " microbatches in flight)");
+    row(stage.stage + " stage: total", fixed(stage.total_gib, 2));
+  }
+  row("peak vs budget", fixed(memory.peak_gib, 2) + " of " + fixed(memory.budget_gib, 2));
+
+  out << "\nWarnings\n";
+  if (plan.warnings.empty()) out << "  none\n";
+  for (const auto& warning : plan.warnings) out << "  warning: " << warning << "\n";
+}
+
+}  // namespace tandem
