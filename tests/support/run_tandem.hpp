@@ -1,0 +1,52 @@
+// Runs the built `tandem` binary (TANDEM_BINARY) through /bin/sh and captures stdout, so tests can
+// check the user-facing contract (SPEC 12) of the real program, not a copy of its code.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace tandem::testing {
+
+struct CommandResult {
+  int exit_code = -1;   // the process's exit status; -1 if it did not exit normally
+  std::string output;   // stdout (stderr too when the command line redirects it)
+};
+
+// One shell word, single-quoted.
+inline std::string shell_quoted(const std::string& word) {
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+// `prefix TANDEM_BINARY arguments... suffix`; prefix may set variables ("PATH=/x "), suffix may
+// redirect ("2>&1").
+inline CommandResult run_tandem(const std::vector<std::string>& arguments,
+                                const std::string& prefix = "", const std::string& suffix = "") {
+  std::string command = prefix + shell_quoted(TANDEM_BINARY);
+  for (const auto& argument : arguments) command += " " + shell_quoted(argument);
+  command += " " + suffix;
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  std::size_t read = 0;
+  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    result.output.append(buffer.data(), read);
+  }
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace tandem::testing
