@@ -563,28 +563,21 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                             args.given("--lr-decay-samples");
   const bool iteration_based = args.given("--train-iters") || args.given("--lr-warmup-iters") ||
                                args.given("--lr-decay-iters");
-  const bool token_based = args.given("--train-tokens") || args.given("--lr-warmup-tokens");
   if (sample_based && iteration_based) {
     checker.fail("--train-iters/--lr-*-iters", "given",
                  "sample-based and iteration-based schedule options must not be mixed",
                  "give the spans all in samples or all in iterations");
   }
-  checker.check(!(args.given("--train-tokens") &&
-                  (args.given("--train-samples") || args.given("--train-iters"))),
-                "--train-tokens", args.train_tokens,
-                "gives the training length a second time", "drop --train-samples/--train-iters");
-  checker.check(!(args.given("--lr-warmup-tokens") &&
-                  (args.given("--lr-warmup-samples") || args.given("--lr-warmup-iters") ||
-                   args.given("--lr-warmup-fraction"))),
-                "--lr-warmup-tokens", args.lr_warmup_tokens, "gives the warmup a second time",
-                "drop the other warmup option");
+  checker.check(!(args.given("--lr-warmup-tokens") && args.given("--lr-warmup-fraction")),
+                "--lr-warmup-tokens", args.lr_warmup_tokens,
+                "gives the warmup a second time (with --lr-warmup-fraction)",
+                "drop one of the two");
   checker.check(!(args.given("--lr-warmup-fraction") &&
                   (args.given("--lr-warmup-samples") || args.given("--lr-warmup-iters"))),
                 "--lr-warmup-fraction", text(args.lr_warmup_fraction),
                 "gives the warmup a second time (Megatron asserts the same)",
                 "give one warmup option");
   checker.throw_if_any();
-  (void)token_based;
 
   if (iteration_based) {
     schedule.train_samples = args.train_iters * gbs;
@@ -598,8 +591,16 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                    "write digits with an optional K, M, B or T suffix");
     } else {
       config.token_rounding.requested_train_tokens = *tokens;
-      // Budget rounds down to whole updates (SPEC 11).
+      // Budget rounds down to whole updates (SPEC 11). Given beside --train-samples (a pasted
+      // Megatron fragment plus the budget it came from), the two must agree.
       const auto updates = static_cast<std::int64_t>(std::floor(*tokens / tokens_per_update));
+      const bool also_given = args.given("--train-samples") || args.given("--train-iters");
+      checker.check(!also_given || schedule.train_samples == updates * gbs, "--train-tokens",
+                    args.train_tokens,
+                    "rounds down to " + text(updates * gbs) + " samples (" + text(updates) +
+                        " updates), but --train-samples/--train-iters give " +
+                        text(schedule.train_samples) + " samples",
+                    "drop one of the two, or make them agree");
       schedule.train_samples = updates * gbs;
     }
   }
@@ -611,8 +612,15 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                    "write digits with an optional K, M, B or T suffix");
     } else {
       config.token_rounding.requested_lr_warmup_tokens = *tokens;
-      // Warmup rounds up to whole updates (SPEC 11).
+      // Warmup rounds up to whole updates (SPEC 11); beside a sample/iteration warmup, they agree.
       const auto updates = static_cast<std::int64_t>(std::ceil(*tokens / tokens_per_update));
+      const bool also_given = args.given("--lr-warmup-samples") || args.given("--lr-warmup-iters");
+      checker.check(!also_given || schedule.lr_warmup_samples == updates * gbs,
+                    "--lr-warmup-tokens", args.lr_warmup_tokens,
+                    "rounds up to " + text(updates * gbs) + " samples (" + text(updates) +
+                        " updates), but --lr-warmup-samples/--lr-warmup-iters give " +
+                        text(schedule.lr_warmup_samples) + " samples",
+                    "drop one of the two, or make them agree");
       schedule.lr_warmup_samples = updates * gbs;
     }
   }

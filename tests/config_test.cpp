@@ -174,6 +174,17 @@ TEST(Config, TokenConveniencesRoundAsTheSeed) {
   expect_issue(with(valid(), {"--train-tokens", "10X"}), "--train-tokens");
 }
 
+TEST(Config, TokenConveniencesMustAgreeWithSampleSpansGivenBesideThem) {
+  // gbs 1 x seq 15: 100 tokens round down to 6 samples, 31 warmup tokens up to 3 samples.
+  const std::vector<std::string> base = {"--global-batch-size", "1", "--seq-length", "15",
+                                         "--train-tokens", "100", "--lr-warmup-tokens", "31"};
+  const RunConfig agreeing =
+      parse(with(base, {"--train-samples", "6", "--lr-warmup-samples", "3"}));
+  EXPECT_EQ(agreeing.schedule.train_samples, 6);
+  expect_issue(with(base, {"--train-samples", "7"}), "--train-tokens");
+  expect_issue(with(base, {"--lr-warmup-samples", "2"}), "--lr-warmup-tokens");
+}
+
 TEST(Config, UnsupportedMegatronChoicesAreErrors) {
   expect_issue(with(valid(), {"--normalization", "LayerNorm"}), "--normalization");
   expect_issue(with(valid(), {"--position-embedding-type", "learned_absolute"}),
