@@ -898,8 +898,10 @@ TEST(Export, TiedEmbeddingsOmitTheOutputProjection) {
   state.model_tensors.back().name = "lm_head.weight";
   save_checkpoint(dir.path() / "save", state);
   const auto result = run_command(std::string(TANDEM_BINARY) + " export --load " +
-                                  quoted(dir.path() / "save") + " --hf " + quoted(dir.path() / "hf"));
+                                  quoted(dir.path() / "save") + " --hf " +
+                                  quoted(fs::path((dir.path() / "hf").string() + "/")));  // "OUT/" names OUT
   ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_FALSE(has_staging_leftovers(dir.path()));
   EXPECT_EQ(json::parse(read_text(dir.path() / "hf" / "config.json")).at("tie_word_embeddings"), true);
   const auto exported = read_safetensors(dir.path() / "hf" / "model.safetensors");
   for (const auto& tensor : exported.tensors) EXPECT_NE(tensor.name, "lm_head.weight");

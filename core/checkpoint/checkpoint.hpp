@@ -4,7 +4,7 @@
 //   SAVE/latest_checkpointed_iteration.txt   the newest complete iteration, e.g. "42" (Megatron's
 //                                            tracker name), replaced atomically after the directory
 //   SAVE/iter_0000042/model.safetensors      main weights, Hugging Face Llama names (SPEC 12)
-//   SAVE/iter_0000042/optimizer.safetensors  Adam m and v ("NAME.exp_avg", "NAME.exp_avg_sq")
+//   SAVE/iter_0000042/optimizer.safetensors  Adam m and v ("exp_avg.NAME", "exp_avg_sq.NAME")
 //   SAVE/iter_0000042/manifest.json          everything else, and each file's size and CRC-32;
 //                                            written last
 //

@@ -133,7 +133,8 @@ ExportSummary export_hugging_face(const ExportOptions& options) {
   } else {
     throw std::invalid_argument("--dtype " + options.dtype + " is not f32 or bf16; pick one of them");
   }
-  const fs::path out = options.hf_out;
+  fs::path out = options.hf_out.lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "OUT/" names OUT
   std::error_code ignored;
   if (fs::exists(out, ignored) && !(fs::is_directory(out, ignored) && fs::is_empty(out, ignored))) {
     throw std::runtime_error("--hf " + out.string() +
