@@ -536,6 +536,12 @@ TEST(DataBuildCommand, MissingArgumentsAndUnknownTokenizerAreErrors) {
   EXPECT_NE(run_tandem("data build --input x.jsonl --output-prefix y --tokenizer gpt2", dir).exit_code,
             0);
   EXPECT_NE(run_tandem("data", dir).exit_code, 0);
+  const CommandResult no_folder = run_tandem(
+      "data build --input " + std::string(TANDEM_SOURCE_DIR) +
+          "/fixtures/corpus/default.jsonl --output-prefix " + (dir / "absent/ds"),
+      dir);
+  EXPECT_EQ(no_folder.exit_code, 2);
+  EXPECT_NE(no_folder.err.find("does not exist"), std::string::npos) << no_folder.err;
 }
 
 }  // namespace

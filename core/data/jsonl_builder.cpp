@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -26,7 +27,10 @@ std::vector<std::int32_t> byte_tokenize(const std::string& utf8_text) {
   return tokens;
 }
 
-std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConfig& config) {
+namespace {
+
+// Checks the tokenizer and opens the input; throws JsonlError (line 0) when either is wrong.
+std::ifstream open_jsonl(const JsonlBuildConfig& config) {
   if (config.tokenizer != "bytes") {
     throw JsonlError("--tokenizer " + config.tokenizer +
                          ": unknown tokenizer; expected bytes (SPEC 12); fix: use --tokenizer bytes",
@@ -38,7 +42,12 @@ std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConf
                          ": cannot open; fix: give an existing JSON Lines file",
                      0);
   }
-  std::vector<std::vector<std::int32_t>> documents;
+  return input;
+}
+
+// Calls `take(tokens)` for each document of `input`, in order; throws JsonlError on a bad line.
+template <typename Take>
+void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& input, Take&& take) {
   std::string line;
   std::int64_t line_number = 0;
   while (std::getline(input, line)) {
@@ -77,13 +86,23 @@ std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConf
                            "; expected a string; fix: store the document's text as a string",
                        line_number);
     }
-    documents.push_back(byte_tokenize(text->get_ref<const std::string&>()));
+    take(byte_tokenize(text->get_ref<const std::string&>()));
   }
   if (input.bad()) {
     throw JsonlError("--input " + config.input_path + ": read failed after line " +
                          std::to_string(line_number),
                      line_number);
   }
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConfig& config) {
+  std::vector<std::vector<std::int32_t>> documents;
+  auto input = open_jsonl(config);
+  for_each_jsonl_document(config, input, [&](std::vector<std::int32_t> tokens) {
+    documents.push_back(std::move(tokens));
+  });
   return documents;
 }
 
@@ -99,8 +118,24 @@ IndexedDatasetSummary write_documents(const std::string& prefix,
 }
 
 IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
-  // Every line is read and checked before anything is written, so a bad line leaves no file.
-  return write_documents(config.output_prefix, read_jsonl_documents(config));
+  // Documents stream into the writer's temporary files; a bad line throws before finish(), and
+  // the writer's destructor removes the temporaries, so no output file is left behind.
+  IndexedDatasetWriterConfig writer_config;
+  writer_config.prefix = config.output_prefix;
+  writer_config.vocab_size = kByteVocabularySize;
+  writer_config.eod_token = kEodToken;
+  auto input = open_jsonl(config);
+  const auto directory = std::filesystem::path(config.output_prefix).parent_path();
+  if (!directory.empty() && !std::filesystem::is_directory(directory)) {
+    throw JsonlError("--output-prefix " + config.output_prefix + ": directory " +
+                         directory.string() + " does not exist; fix: create it first",
+                     0);
+  }
+  IndexedDatasetWriter writer(writer_config);
+  for_each_jsonl_document(config, input, [&](const std::vector<std::int32_t>& tokens) {
+    writer.add_document(tokens);
+  });
+  return writer.finish();
 }
 
 std::string default_corpus_jsonl_path() {

@@ -12,7 +12,8 @@
 
 namespace tandem::data {
 
-// A bad input line: the message names the file, the line number, what was wrong and the fix.
+// Bad input to `tandem data build`: a bad line (the message names the file, the line number, what
+// was wrong and the fix), or line 0 for an unknown tokenizer, a missing input or output folder.
 class JsonlError : public std::runtime_error {
  public:
   JsonlError(const std::string& message, std::int64_t line)
@@ -42,8 +43,8 @@ std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConf
 IndexedDatasetSummary write_documents(const std::string& prefix,
                                       const std::vector<std::vector<std::int32_t>>& documents);
 
-// Reads every line, tokenizes, writes atomically. On any bad line throws JsonlError and leaves
-// no output files behind (an existing dataset at PREFIX stays as it was).
+// Streams every line through the tokenizer into the writer, atomically. On any bad line throws
+// JsonlError and leaves no output files behind (an existing dataset at PREFIX stays as it was).
 IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config);
 
 // The embedded corpus (fixtures/corpus/default.jsonl). Looked up in order: the environment
