@@ -1,0 +1,67 @@
+// The cpu backend (backend.hpp): host memory and the host twins of every op, in call order on the
+// calling thread. The same orchestration as the cuda backend, so CI (no GPU) runs production code.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "production/backend.hpp"
+
+namespace tandem::production {
+namespace {
+
+class HostBackend final : public Backend {
+ public:
+  Device device() const override { return Device::cpu; }
+  std::string description() const override { return "cpu (host, 1 thread)"; }
+
+  void* allocate(std::int64_t bytes) override {
+    // 64-byte alignment (a cache line), rounded up as aligned_alloc requires.
+    constexpr std::size_t kAlignment = 64;
+    const std::size_t rounded = (static_cast<std::size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
+    void* memory = std::aligned_alloc(kAlignment, rounded);
+    if (memory == nullptr) throw std::bad_alloc();
+    std::memset(memory, 0, rounded);
+    return memory;
+  }
+  void release(void* memory) noexcept override { std::free(memory); }
+  void fill_zero(void* memory, std::int64_t bytes) override {
+    std::memset(memory, 0, static_cast<std::size_t>(bytes));
+  }
+  void copy_from_host(void* destination, const void* host_source, std::int64_t bytes) override {
+    std::memcpy(destination, host_source, static_cast<std::size_t>(bytes));
+  }
+  void copy_to_host(void* host_destination, const void* source, std::int64_t bytes) override {
+    std::memcpy(host_destination, source, static_cast<std::size_t>(bytes));
+  }
+  void copy(void* destination, const void* source, std::int64_t bytes) override {
+    std::memmove(destination, source, static_cast<std::size_t>(bytes));
+  }
+  void synchronize() override {}
+
+  void embedding_forward(const EmbeddingForwardParams& p) override { embedding_forward_host(p); }
+  void embedding_backward(const EmbeddingBackwardParams& p) override { embedding_backward_host(p); }
+  void rmsnorm_forward(const RmsnormForwardParams& p) override { rmsnorm_forward_host(p); }
+  void rmsnorm_backward(const RmsnormBackwardParams& p) override { rmsnorm_backward_host(p); }
+  void rope_table(const RopeTableParams& p) override { rope_table_host(p); }
+  void rope_forward(const RopeParams& p) override { rope_forward_host(p); }
+  void rope_backward(const RopeParams& p) override { rope_backward_host(p); }
+  void swiglu_forward(const SwigluForwardParams& p) override { swiglu_forward_host(p); }
+  void swiglu_backward(const SwigluBackwardParams& p) override { swiglu_backward_host(p); }
+  void attention_forward(const AttentionForwardParams& p) override { attention_forward_host(p); }
+  void attention_backward(const AttentionBackwardParams& p) override { attention_backward_host(p); }
+  void cross_entropy(const CrossEntropyParams& p) override { cross_entropy_host(p); }
+  void gemm(const GemmParams& p) override { gemm_host(p); }
+  void convert(const ConvertParams& p) override { convert_host(p); }
+  void add(const AddParams& p) override { add_host(p); }
+  void bias_add(const BiasAddParams& p) override { bias_add_host(p); }
+  void bias_grad(const BiasGradParams& p) override { bias_grad_host(p); }
+  void squared_norm(const SquaredNormParams& p) override { squared_norm_host(p); }
+  void adamw(const AdamwParams& p) override { adamw_host(p); }
+  void scale(const ScaleParams& p) override { scale_host(p); }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
+
+}  // namespace tandem::production

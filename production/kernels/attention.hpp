@@ -1,0 +1,61 @@
+// Document-masked causal attention with GQA (SPEC 3, 4), flash-style: the forward keeps only the
+// context and each row's log-sum-exp; the backward recomputes the probabilities from them.
+// Row t of a sample attends to rows s in [attention_start[t], t] of the same sample; query head j
+// reads key/value group j / (H/G). Scores z = (q . k) * scale in fp32, softmax over the span in
+// fp32; the probabilities are never rounded to bf16 (both twins). Host twin in
+// attention_host.cpp, CUDA twin in attention.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "production/kernels/types.hpp"
+
+namespace tandem::production {
+
+struct AttentionShape {
+  std::int64_t samples = 0;   // mbs: independent sequences (rows = samples * seq)
+  std::int64_t seq = 0;       // positions per sample
+  std::int64_t heads = 0;     // H
+  std::int64_t groups = 0;    // G, divides H
+  std::int64_t head_dim = 0;  // hd
+};
+
+struct AttentionForwardParams {
+  const void* query = nullptr;               // [samples*seq, H*hd] compute dtype, after RoPE
+  const void* key = nullptr;                 // [samples*seq, G*hd] compute dtype, after RoPE
+  const void* value = nullptr;               // [samples*seq, G*hd] compute dtype
+  const std::int32_t* attention_start = nullptr;  // [samples*seq], within the sample, <= t
+  void* context = nullptr;                   // [samples*seq, H*hd] compute dtype
+  float* logsumexp = nullptr;                // [samples*seq, H] fp32: log sum_s exp(z_ts)
+  AttentionShape shape;
+  float scale = 1.0f;                        // 1/sqrt(hd), computed in double, rounded once
+  DType dtype = DType::f32;
+};
+
+// With p_ts = exp(z_ts - logsumexp_t), dp_ts = dctx_t . v_s and D_t = dctx_t . ctx_t (the stored
+// context; equals sum_s p_ts dp_ts): dz_ts = p_ts (dp_ts - D_t),
+// dq_t = scale sum_s dz_ts k_s, dk_s = scale sum_{t, heads of its group} dz_ts q_t,
+// dv_s = sum_{t, heads of its group} p_ts dctx_t. Sums in fp32 in a fixed order (no atomics);
+// query_grad, key_grad, value_grad are overwritten.
+struct AttentionBackwardParams {
+  const void* query = nullptr;               // [samples*seq, H*hd] as the forward read it
+  const void* key = nullptr;                 // [samples*seq, G*hd]
+  const void* value = nullptr;               // [samples*seq, G*hd]
+  const void* context = nullptr;             // [samples*seq, H*hd] the forward's output
+  const float* logsumexp = nullptr;          // [samples*seq, H] from the forward
+  const void* context_grad = nullptr;        // [samples*seq, H*hd]
+  const std::int32_t* attention_start = nullptr;  // [samples*seq]
+  void* query_grad = nullptr;                // [samples*seq, H*hd] compute dtype, =
+  void* key_grad = nullptr;                  // [samples*seq, G*hd] compute dtype, =
+  void* value_grad = nullptr;                // [samples*seq, G*hd] compute dtype, =
+  AttentionShape shape;
+  float scale = 1.0f;
+  DType dtype = DType::f32;
+};
+
+void attention_forward_host(const AttentionForwardParams& params);
+void attention_backward_host(const AttentionBackwardParams& params);
+void attention_forward_cuda(const AttentionForwardParams& params, const CudaLaunch& launch);
+void attention_backward_cuda(const AttentionBackwardParams& params, const CudaLaunch& launch);
+
+}  // namespace tandem::production

@@ -1,0 +1,40 @@
+// GEMM, row-major: C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C. A and B are both f32 or
+// both bf16; products and sums in fp32 (SPEC 7: bf16 in, fp32 accumulate); C is f32 or bf16 and
+// is rounded once when stored (beta * C is read widened, added in fp32). Every linear layer's
+// forward (X W^T), input gradient (dY W) and weight gradient (dY^T X, beta = 1 into the fp32 main
+// gradient) is one call. Host twin in gemm_host.cpp (k in increasing order per element); CUDA twin
+// in gemm.cu (cuBLASLt with a fixed algorithm, no split-K atomics).
+#pragma once
+
+#include <cstdint>
+
+#include "production/kernels/types.hpp"
+
+namespace tandem::production {
+
+enum class Transpose : std::uint8_t { no, yes };
+
+// A matrix as stored, row-major and dense. op(M) is M for Transpose::no; for Transpose::yes the
+// stored matrix is op(M)'s transpose ([k, m] for A, [n, k] for B).
+struct GemmOperand {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  Transpose transpose = Transpose::no;
+};
+
+struct GemmParams {
+  std::int64_t m = 0;       // rows of C
+  std::int64_t n = 0;       // columns of C
+  std::int64_t k = 0;       // the reduction length
+  GemmOperand a;            // op(A): [m, k]
+  GemmOperand b;            // op(B): [k, n]
+  void* c = nullptr;        // [m, n] c_dtype
+  DType c_dtype = DType::f32;
+  float alpha = 1.0f;
+  float beta = 0.0f;        // 0: C is overwritten (never read); 1: accumulate into C
+};
+
+void gemm_host(const GemmParams& params);
+void gemm_cuda(const GemmParams& params, const CudaLaunch& launch);
+
+}  // namespace tandem::production
