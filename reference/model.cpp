@@ -194,7 +194,7 @@ void forward_sample(const ModelConfig& config, const ModelLayout& layout,
               work.rope_cosines.data(), work.rope_sines.data());
 
   // Token embedding: row `token` of model.embed_tokens.weight [V, d].
-  const Real* embedding = tensor_in(params, layout, layout.embedding);
+  const Real* embedding = tensor_in(params, layout, layout.embedding);  // [V, d]
   for (std::int64_t t = 0; t < seq; ++t) {
     const Real* row = embedding + static_cast<std::int64_t>(sample.tokens[t]) * dims.width;  // [d]
     std::copy(row, row + dims.width, work.stream.begin() + t * dims.width);
@@ -337,7 +337,7 @@ void backward_sample(const ModelConfig& config, const ModelLayout& layout,
 
   // Embedding: each position's stream gradient goes to its token's row (and, when tied, adds
   // to the output projection's gradient already in the same tensor: SPEC 4).
-  Real* embedding_grad = tensor_in(grads, layout, layout.embedding);
+  Real* embedding_grad = tensor_in(grads, layout, layout.embedding);  // [V, d]
   for (std::int64_t t = 0; t < seq; ++t) {
     Real* row = embedding_grad + static_cast<std::int64_t>(sample.tokens[t]) * dims.width;  // [d]
     const Real* upstream = work.stream_grad.data() + t * dims.width;                          // [d]
