@@ -418,7 +418,9 @@ void check_sample_invariants(const Sample& s, std::int64_t seq_length) {
     const auto start = static_cast<std::size_t>(s.attention_start[t]);
     RC_ASSERT(start <= t);
     for (std::size_t k = start; k < t; ++k) RC_ASSERT(s.tokens[k] != E);
-    RC_ASSERT(start == 0 || s.tokens[start - 1] == E || s.tokens[t] == P);
+    // (Booleans first: RC_ASSERT captures its expression, so || inside it would not short-circuit.)
+    const bool starts_document = start == 0 || s.tokens[start - 1] == E || s.tokens[t] == P;
+    RC_ASSERT(starts_document);
     if (s.tokens[t] == P) RC_ASSERT(start == t);
     // Loss only where neither side is PAD and the input is not EOD.
     if (s.loss_mask[t] == 1) {
