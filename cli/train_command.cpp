@@ -1,13 +1,15 @@
 // `tandem train [ARGS] [--engine production|reference] [--device cuda|cpu]`: trains with the same
-// Megatron-style options as `tandem plan` (SPEC 12). The reference engine runs today; the
-// production engine (CUDA kernels with a cpu backend) is not built yet and says so.
+// Megatron-style options as `tandem plan` (SPEC 12). The reference engine is the exact CPU twin;
+// the production engine runs on the cpu backend today and on cuda once its backend is built.
 #include <iostream>
 #include <memory>
 #include <sstream>
 
 #include "cli/command.hpp"
 #include "core/args.hpp"
+#include "production/backend.hpp"
 #include "production/cuda/device.hpp"
+#include "production/run.hpp"
 #include "reference/run.hpp"
 
 namespace tandem::cli {
@@ -22,17 +24,17 @@ struct TrainCommandState {
 Command add_train_command(CLI::App& parent) {
   auto state = std::make_shared<TrainCommandState>();
   CLI::App* sub = parent.add_subcommand(
-      "train", "Train: the reference engine (exact CPU twin) today; logs JSON Lines, writes "
+      "train", "Train: the reference engine (exact CPU twin) or the production engine; logs JSON Lines, writes "
                "checkpoints, resumes bit-exactly (SPEC 9, 12)");
   add_run_options(*sub, state->run);
   auto& options = state->options;
   const std::string group = "Training";
   sub->add_option("--engine", options.engine,
-                  "reference (exact CPU twin) | production (not built yet) (default: reference)")
+                  "reference (exact CPU twin) | production (the fast twin: cuda, or cpu) (default: reference)")
       ->check(CLI::IsMember({"reference", "production"}))->group(group);
   sub->add_option("--device", options.device,
-                  "cuda | cpu (default: cuda when a device answers, else cpu; the reference runs "
-                  "on cpu only)")
+                  "cuda | cpu (default: cuda when a device answers and the cuda backend is built, "
+                  "else cpu; the reference runs on cpu only)")
       ->check(CLI::IsMember({"cuda", "cpu"}))->group(group);
   sub->add_option("--reference-precision", options.reference_precision,
                   "double | float50 (50 significant digits, for golden numbers) (default: double)")
@@ -71,9 +73,20 @@ Command add_train_command(CLI::App& parent) {
     options.test_nonfinite_gradient_iterations = {state->nonfinite_iterations.begin(),
                                                   state->nonfinite_iterations.end()};
     if (options.engine == "production") {
-      std::cerr << "error: --engine production: the production trainer (CUDA kernels with a cpu "
-                   "backend) is not built yet; fix: use --engine reference\n";
-      return 2;
+      if (options.device == "cuda" && !production::cuda_backend_built()) {
+        std::cerr << "error: --device cuda: the cuda backend is not built yet; fix: use "
+                     "--device cpu (the same production code on the host)\n";
+        return 2;
+      }
+      const auto summary = production::run_production_training(config, options, std::cout);
+      if (summary.iterations > 0) {
+        std::cout << "loss " << summary.first_loss << " -> " << summary.last_loss << " over "
+                  << summary.iterations << " iterations (drop "
+                  << summary.first_loss - summary.last_loss << "), skipped updates "
+                  << summary.skipped_updates << " [production, "
+                  << production::to_string(summary.device) << "]\n";
+      }
+      return 0;
     }
     if (options.device.empty()) options.device = "cpu";  // the reference's only device
     if (options.device == "cuda") {

@@ -53,6 +53,9 @@ class Backend {
   virtual Device device() const = 0;
   // For the log header: "cpu (host, 1 thread)" or "NVIDIA H200 (sm_90, 139 GiB)".
   virtual std::string description() const = 0;
+  // Dense peak FLOP/s of the device for GEMMs with these inputs, for MFU (docs/PRODUCTION.md);
+  // 0 when unknown (the cpu backend): the log then carries "mfu": null.
+  virtual double peak_flops_per_second(DType compute) const = 0;
 
   // Memory owned by this backend (host memory for cpu, device memory for cuda). Use Buffer<T>.
   virtual void* allocate(std::int64_t bytes) = 0;          // zero-filled; throws on failure
@@ -163,6 +166,26 @@ std::vector<T> Buffer<T>::download(std::int64_t offset, std::int64_t count) cons
   }
   return host;
 }
+
+// A compute-typed buffer: `size` elements of f32 or bf16 chosen at run time (--bf16), for the
+// activations and compute weights whose type the ops take as a DType.
+class ComputeBuffer {
+ public:
+  ComputeBuffer() = default;
+  ComputeBuffer(Backend& backend, DType dtype, std::int64_t size)
+      : dtype_(dtype), size_(size), bytes_(backend, size * dtype_bytes(dtype)) {}
+  DType dtype() const { return dtype_; }
+  std::int64_t size() const { return size_; }
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  void* at(std::int64_t element) { return bytes_.data() + element * dtype_bytes(dtype_); }
+  const void* at(std::int64_t element) const { return bytes_.data() + element * dtype_bytes(dtype_); }
+
+ private:
+  DType dtype_ = DType::f32;
+  std::int64_t size_ = 0;
+  Buffer<std::uint8_t> bytes_;
+};
 
 // Whether this build holds the cuda backend (production/cuda/cuda_backend.cpp).
 bool cuda_backend_built();

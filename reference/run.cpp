@@ -18,6 +18,7 @@
 #include "core/data/packing.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/records.hpp"
+#include "core/train/run_support.hpp"
 #include "reference/checkpointing.hpp"
 #include "reference/trainer.hpp"
 
@@ -27,49 +28,6 @@ namespace {
 std::string default_cache_directory() {
   const char* tmp = std::getenv("TMPDIR");
   return (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / "tandem-default-corpus").string();
-}
-
-nlohmann::json header_record(const RunConfig& config, const TrainOptions& options,
-                             const ModelLayout& layout, const std::string& data_prefix,
-                             std::int64_t resumed_iteration) {
-  nlohmann::json groups = nlohmann::json::array();
-  for (const auto& tensor : layout.tensors) {
-    groups.push_back({{"name", tensor.name},
-                      {"shape", tensor.shape},
-                      {"numel", tensor.numel},
-                      {"group", to_string(tensor.decay_group)}});
-  }
-  nlohmann::json header = {
-      {"type", "header"},
-      {"engine", "reference"},
-      {"device", "cpu"},
-      {"main_precision", options.reference_precision},
-      {"compute_precision", options.reference_precision},
-      {"config", config},
-      {"data", {{"prefix", data_prefix},
-                {"split", config.data.split.empty() ? "all documents train" : config.data.split}}},
-      {"parameter_groups",
-       {{"decay", {{"elements", layout.elements_in(DecayGroup::decay)}, {"weight_decay",
-                                                                          config.schedule.weight_decay}}},
-        {"no_decay", {{"elements", layout.elements_in(DecayGroup::no_decay)}, {"weight_decay", 0.0}}}}},
-      {"tensors", groups},
-      {"total_parameters", layout.total_elements},
-      {"resumed_from_iteration", resumed_iteration},
-      {"build", {{"tandem_version", "0.1.0"}, {"compiler", __VERSION__}}},
-  };
-  return header;
-}
-
-std::string progress_line(const IterationRecord& record, std::int64_t total_iterations) {
-  std::ostringstream line;
-  line << "iter " << record.iteration << "/" << total_iterations << " | loss "
-       << std::fixed << std::setprecision(4) << record.loss << " | lr " << std::scientific
-       << std::setprecision(3) << record.lr << " | grad norm " << record.grad_norm;
-  if (record.clipped) line << " (clipped x" << std::fixed << std::setprecision(4) << record.clip_coeff << ")";
-  if (!record.update_successful) line << " | SKIPPED (non-finite)";
-  line << " | loss tokens " << record.loss_tokens << " | " << std::fixed << std::setprecision(0)
-       << record.tokens_per_second << " tok/s";
-  return line.str();
 }
 
 template <class Real>
@@ -116,7 +74,9 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
     log = JsonlLog(log_path, resumed_iteration > 0);
     std::string prefix = config.data.data_path.empty() ? "embedded default corpus"
                                                        : config.data.data_path;
-    log.write(header_record(config, options, trainer.layout(), prefix, resumed_iteration));
+    const HeaderIdentity identity{"reference", "cpu", "", options.reference_precision,
+                                  options.reference_precision};
+    log.write(header_record(identity, config, trainer.layout(), prefix, resumed_iteration));
   }
   if (options.audit_params > 0) {
     trainer.set_audit_elements(

@@ -77,6 +77,11 @@ void to_json(nlohmann::json& out, const IterationRecord& r) {
                        {"scheduler_samples", r.totals.scheduler_samples},
                        {"seconds", r.seconds},
                        {"tokens_per_second", r.tokens_per_second}};
+  if (r.model_flops) {
+    out["model_flops"] = *r.model_flops;
+    out["model_flops_per_second"] = r.seconds > 0 ? *r.model_flops / r.seconds : 0.0;
+    out["mfu"] = r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json(nullptr);
+  }
   if (!r.audit.empty()) out["audit"] = r.audit;
 }
 

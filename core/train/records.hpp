@@ -65,6 +65,11 @@ struct IterationRecord {
   Counters totals;                    // cumulative after this iteration
   double seconds = 0;                 // wall time of the iteration
   double tokens_per_second = 0;       // input tokens / seconds
+  // Production only (docs/PRODUCTION.md "Throughput"): model FLOPs of this iteration (6N per
+  // position plus attention over unmasked pairs) and MFU = FLOPs / seconds / the device's dense
+  // peak; mfu is absent where the peak is unknown (the cpu backend). Absent in reference logs.
+  std::optional<double> model_flops;
+  std::optional<double> mfu;
   std::vector<AuditEntry> audit;      // --audit-params entries of this update
 };
 void to_json(nlohmann::json& out, const IterationRecord& record);

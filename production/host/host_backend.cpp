@@ -13,6 +13,7 @@ class HostBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
   std::string description() const override { return "cpu (host, 1 thread)"; }
+  double peak_flops_per_second(DType) const override { return 0.0; }  // unknown: no MFU
 
   void* allocate(std::int64_t bytes) override {
     // 64-byte alignment (a cache line), rounded up as aligned_alloc requires.

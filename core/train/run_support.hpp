@@ -1,0 +1,36 @@
+// What both twins' runs write the same way (SPEC 12): the log's header record and the progress
+// line of an iteration. reference/run.cpp and production/run.cpp build their runs from these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.hpp"
+#include "core/model_layout.hpp"
+#include "core/train/records.hpp"
+
+namespace tandem {
+
+// Who wrote a log: the header's engine, device and precision fields.
+struct HeaderIdentity {
+  std::string engine;             // "reference" | "production"
+  std::string device;             // "cpu" | "cuda"
+  std::string device_description; // e.g. "NVIDIA H200 (sm_90, 139 GiB)"; empty: not written
+  std::string main_precision;     // "double" | "float50" | "fp32" (what `tandem audit` reads)
+  std::string compute_precision;  // "double" | "float50" | "fp32" | "bf16"
+};
+
+// The {"type":"header", ...} record: identity, the validated configuration, the data, the
+// parameter groups (SPEC 7), every tensor, the resume point and the build. `extra` members
+// (an object) are added as they are.
+nlohmann::json header_record(const HeaderIdentity& identity, const RunConfig& config,
+                             const ModelLayout& layout, const std::string& data_prefix,
+                             std::int64_t resumed_iteration,
+                             const nlohmann::json& extra = nlohmann::json::object());
+
+// "iter 3/10 | loss 5.1234 | lr 1.000e-03 | grad norm ... | 1234 tok/s" (plus MFU when known).
+std::string progress_line(const IterationRecord& record, std::int64_t total_iterations);
+
+}  // namespace tandem

@@ -1,0 +1,119 @@
+// Host twin of the document-masked causal attention (attention.hpp). Per sample, per query head,
+// per row t: scores over the span, softmax, context; the backward recomputes the probabilities
+// from the saved log-sum-exp. Gradients accumulate in fp32 scratch (heads, then t, then s, each
+// increasing) and are rounded once when stored.
+#include "production/kernels/attention.hpp"
+
+#include <cmath>
+#include <vector>
+
+namespace tandem::production {
+namespace {
+
+// Element offsets of one sample's row t of a [samples*seq, heads*hd] activation, head `head`.
+struct RowIndex {
+  std::int64_t seq = 0;
+  std::int64_t width = 0;     // heads * hd of the activation
+  std::int64_t head_dim = 0;
+  std::int64_t operator()(std::int64_t sample, std::int64_t t, std::int64_t head) const {
+    return (sample * seq + t) * width + head * head_dim;
+  }
+};
+
+float dot(const void* a, std::int64_t a_offset, const void* b, std::int64_t b_offset,
+          std::int64_t length, DType dtype) {
+  float sum = 0.0f;
+  for (std::int64_t i = 0; i < length; ++i) {
+    sum += load_as_f32(a, dtype, a_offset + i) * load_as_f32(b, dtype, b_offset + i);
+  }
+  return sum;
+}
+
+}  // namespace
+
+void attention_forward_host(const AttentionForwardParams& p) {
+  const AttentionShape& shape = p.shape;
+  const std::int64_t hd = shape.head_dim;
+  const std::int64_t heads_per_group = shape.heads / shape.groups;
+  const RowIndex query_at{shape.seq, shape.heads * hd, hd};
+  const RowIndex kv_at{shape.seq, shape.groups * hd, hd};
+  std::vector<float> scores(static_cast<std::size_t>(shape.seq));  // [seq] one row's span
+  std::vector<float> output(static_cast<std::size_t>(hd));         // [hd]
+  for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
+    for (std::int64_t head = 0; head < shape.heads; ++head) {
+      const std::int64_t group = head / heads_per_group;  // SPEC 4: repeat_kv
+      for (std::int64_t t = 0; t < shape.seq; ++t) {
+        const std::int64_t first = p.attention_start[sample * shape.seq + t];
+        float max_score = 0.0f;
+        for (std::int64_t s = first; s <= t; ++s) {
+          const float z = dot(p.query, query_at(sample, t, head), p.key, kv_at(sample, s, group), hd,
+                              p.dtype) * p.scale;
+          scores[static_cast<std::size_t>(s)] = z;
+          if (s == first || z > max_score) max_score = z;
+        }
+        float normalizer = 0.0f;
+        for (std::int64_t s = first; s <= t; ++s) {
+          normalizer += std::exp(scores[static_cast<std::size_t>(s)] - max_score);
+        }
+        p.logsumexp[(sample * shape.seq + t) * shape.heads + head] = max_score + std::log(normalizer);
+        std::fill(output.begin(), output.end(), 0.0f);
+        for (std::int64_t s = first; s <= t; ++s) {
+          const float probability = std::exp(scores[static_cast<std::size_t>(s)] - max_score) / normalizer;
+          const std::int64_t v = kv_at(sample, s, group);
+          for (std::int64_t i = 0; i < hd; ++i) {
+            output[static_cast<std::size_t>(i)] += probability * load_as_f32(p.value, p.dtype, v + i);
+          }
+        }
+        const std::int64_t out = query_at(sample, t, head);
+        for (std::int64_t i = 0; i < hd; ++i) {
+          store_from_f32(p.context, p.dtype, out + i, output[static_cast<std::size_t>(i)]);
+        }
+      }
+    }
+  }
+}
+
+void attention_backward_host(const AttentionBackwardParams& p) {
+  const AttentionShape& shape = p.shape;
+  const std::int64_t hd = shape.head_dim;
+  const std::int64_t heads_per_group = shape.heads / shape.groups;
+  const RowIndex query_at{shape.seq, shape.heads * hd, hd};
+  const RowIndex kv_at{shape.seq, shape.groups * hd, hd};
+  const std::int64_t rows = shape.samples * shape.seq;
+  std::vector<float> query_grad(static_cast<std::size_t>(rows * shape.heads * hd), 0.0f);  // [rows, H*hd]
+  std::vector<float> key_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);    // [rows, G*hd]
+  std::vector<float> value_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);  // [rows, G*hd]
+  for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
+    for (std::int64_t head = 0; head < shape.heads; ++head) {
+      const std::int64_t group = head / heads_per_group;
+      for (std::int64_t t = 0; t < shape.seq; ++t) {
+        const std::int64_t first = p.attention_start[sample * shape.seq + t];
+        const std::int64_t q = query_at(sample, t, head);
+        const float lse = p.logsumexp[(sample * shape.seq + t) * shape.heads + head];
+        const float expected_grad = dot(p.context_grad, q, p.context, q, hd, p.dtype);  // D_t
+        for (std::int64_t s = first; s <= t; ++s) {
+          const std::int64_t kv = kv_at(sample, s, group);
+          const float z = dot(p.query, q, p.key, kv, hd, p.dtype) * p.scale;
+          const float probability = std::exp(z - lse);
+          const float probability_grad = dot(p.context_grad, q, p.value, kv, hd, p.dtype);
+          const float score_grad = probability * (probability_grad - expected_grad) * p.scale;
+          for (std::int64_t i = 0; i < hd; ++i) {
+            const float dctx = load_as_f32(p.context_grad, p.dtype, q + i);
+            query_grad[static_cast<std::size_t>(q + i)] += score_grad * load_as_f32(p.key, p.dtype, kv + i);
+            key_grad[static_cast<std::size_t>(kv + i)] += score_grad * load_as_f32(p.query, p.dtype, q + i);
+            value_grad[static_cast<std::size_t>(kv + i)] += probability * dctx;
+          }
+        }
+      }
+    }
+  }
+  for (std::size_t i = 0; i < query_grad.size(); ++i) {
+    store_from_f32(p.query_grad, p.dtype, static_cast<std::int64_t>(i), query_grad[i]);
+  }
+  for (std::size_t i = 0; i < key_grad.size(); ++i) {
+    store_from_f32(p.key_grad, p.dtype, static_cast<std::int64_t>(i), key_grad[i]);
+    store_from_f32(p.value_grad, p.dtype, static_cast<std::int64_t>(i), value_grad[i]);
+  }
+}
+
+}  // namespace tandem::production

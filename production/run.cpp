@@ -1,0 +1,119 @@
+// The production run (run.hpp): data -> backend -> resume -> header -> iterations -> checkpoints,
+// step for step as reference/run.cpp.
+#include "production/run.hpp"
+
+#include <filesystem>
+#include <ostream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/data/training_data.hpp"
+#include "core/train/audit_selection.hpp"
+#include "core/train/records.hpp"
+#include "core/train/run_support.hpp"
+#include "production/checkpointing.hpp"
+#include "production/cuda/device.hpp"
+#include "production/trainer.hpp"
+
+namespace tandem::production {
+
+Device choose_device(const std::string& requested) {
+  if (requested == "cpu") return Device::cpu;
+  if (requested == "cuda") return Device::cuda;
+  if (requested.empty()) {
+    return cuda_backend_built() && tandem::cuda::device_count() > 0 ? Device::cuda : Device::cpu;
+  }
+  throw std::runtime_error("--device " + requested + ": must be cuda or cpu");
+}
+
+RunSummary run_production_training(const RunConfig& config, const TrainOptions& options,
+                                   std::ostream& out) {
+  const std::string data_prefix = data::resolve_dataset_prefix(config, options.data_cache);
+  const auto source = data::open_training_samples(config, options.data_cache);
+  ProductionOptions production;
+  production.device = choose_device(options.device);
+  production.switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
+  Trainer trainer(config, [source](std::int64_t index) { return source->sample(index); }, production);
+
+  std::int64_t resumed_iteration = 0;
+  if (!config.checkpoint.load.empty()) {
+    restore_checkpoint_state(trainer, checkpoint::load_checkpoint(config.checkpoint.load));
+    resumed_iteration = trainer.counters().iteration;
+    out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration << "\n";
+  }
+  const bool saving = !config.checkpoint.save.empty();
+  auto save = [&]() {
+    const auto path = checkpoint::save_checkpoint(config.checkpoint.save, make_checkpoint_state(trainer));
+    out << "saved checkpoint " << path.string() << "\n";
+  };
+
+  std::string log_path = options.log_path;
+  if (log_path.empty() && saving) {
+    std::filesystem::create_directories(config.checkpoint.save);
+    log_path = (std::filesystem::path(config.checkpoint.save) / "log.jsonl").string();
+  }
+  const std::string compute_precision = config.optimizer.bf16 ? "bf16" : "fp32";
+  JsonlLog log;
+  if (!log_path.empty()) {
+    log = JsonlLog(log_path, resumed_iteration > 0);
+    const HeaderIdentity identity{"production", to_string(production.device),
+                                  trainer.backend().description(), "fp32", compute_precision};
+    const nlohmann::json extra = {
+        {"throughput", {{"flops_convention",
+                         "6 x matrix parameters (output projection included, embedding lookup "
+                         "excluded) per position + 12 x layers x H x hd per unmasked attention "
+                         "pair (docs/PRODUCTION.md)"},
+                        {"peak_flops_per_second",
+                         trainer.backend().peak_flops_per_second(trainer.compute_dtype())}}}};
+    log.write(header_record(identity, config, trainer.layout(),
+                            config.data.data_path.empty() ? "embedded default corpus" : data_prefix,
+                            resumed_iteration, extra));
+  }
+  if (options.audit_params > 0) {
+    trainer.set_audit_elements(audit_elements(trainer.layout(), options.audit_params, config.data.seed));
+  }
+
+  const std::int64_t total_iterations = config.train_updates();
+  out << "production trainer (" << to_string(production.device) << ": "
+      << trainer.backend().description() << "; main fp32, compute " << compute_precision << "): "
+      << trainer.layout().total_elements << " parameters, " << total_iterations
+      << " iterations of " << config.batch.global_batch_size << " samples x "
+      << config.model.seq_length << " tokens\n";
+
+  RunSummary summary;
+  summary.device = production.device;
+  if (total_iterations == 0 && saving && resumed_iteration == 0) save();  // SPEC 12: iteration 0
+  while (trainer.counters().iteration < total_iterations) {
+    const IterationRecord record = trainer.run_iteration();
+    if (summary.iterations == 0) summary.first_loss = record.loss;
+    summary.last_loss = record.loss;
+    ++summary.iterations;
+    if (log.is_open()) log.write(record);
+    if (!options.quiet) out << progress_line(record, total_iterations) << "\n" << std::flush;
+    const auto& counters = trainer.counters();
+    if (counters.consecutive_skips >= options.max_consecutive_skips) {
+      if (saving) save();
+      throw std::runtime_error(
+          "iteration " + std::to_string(record.iteration) + ": " +
+          std::to_string(counters.consecutive_skips) +
+          " consecutive skipped updates (non-finite loss or gradient norm) reached "
+          "--max-consecutive-skips " + std::to_string(options.max_consecutive_skips) +
+          "; fix: inspect the batch and the learning rate, then resume from the last checkpoint");
+    }
+    const bool interval_due = config.checkpoint.save_interval > 0 &&
+                              counters.iteration % config.checkpoint.save_interval == 0;
+    const bool exit_due = options.exit_interval > 0 && counters.iteration % options.exit_interval == 0;
+    if (saving && (interval_due || exit_due || counters.iteration == total_iterations)) save();
+    if (exit_due) {
+      out << "exiting at iteration " << counters.iteration << " (--exit-interval "
+          << options.exit_interval << ")\n";
+      break;
+    }
+  }
+  summary.skipped_updates = trainer.counters().skipped_updates;
+  return summary;
+}
+
+}  // namespace tandem::production
