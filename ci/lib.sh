@@ -39,15 +39,16 @@ tandem_build() {
   shift
   local jobs
   jobs="$(nproc)"
+  mkdir -p "$dir"
   if [ ! -f "$dir/CMakeCache.txt" ]; then
     tandem_log "configuring $dir"
-    cmake -S "$TANDEM_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir.configure.log" 2>&1 ||
-      { cat "$dir.configure.log" >&2; return 1; }
+    cmake -S "$TANDEM_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir/tandem-configure.log" 2>&1 ||
+      { cat "$dir/tandem-configure.log" >&2; return 1; }
   fi
-  tandem_log "building $dir with $jobs jobs (log: $dir.build.log)"
-  if ! cmake --build "$dir" -j "$jobs" >"$dir.build.log" 2>&1; then
-    grep -E -A5 "error" "$dir.build.log" | head -60 >&2
-    echo "error: the build failed; the whole log is $dir.build.log" >&2
+  tandem_log "building $dir with $jobs jobs (log: $dir/tandem-build.log)"
+  if ! cmake --build "$dir" -j "$jobs" >"$dir/tandem-build.log" 2>&1; then
+    grep -E -A5 "error" "$dir/tandem-build.log" | head -60 >&2
+    echo "error: the build failed; the whole log is $dir/tandem-build.log" >&2
     return 1
   fi
 }
