@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -274,6 +275,34 @@ TEST(ShuffledOrder, ReproducibleFromTheSeedAndDifferentPerEpoch) {
   config.data.seed = 1235;
   const SampleSource other(dataset.get(), config);
   EXPECT_NE(other.sequence_order(0), first.sequence_order(0));
+}
+
+TEST(SampleSourceThreads, ConcurrentReadersSeeTheSameSamples) {
+  std::vector<Tokens> documents;
+  for (std::int32_t d = 0; d < 40; ++d) documents.push_back(Tokens(static_cast<std::size_t>(d % 9 + 1), d));
+  TempDataset dataset(documents);
+  for (const Packing packing : {Packing::concat, Packing::units}) {
+    const SampleSource shared(dataset.get(), source_config(5, packing, DataOrder::shuffled));
+    const SampleSource alone(dataset.get(), source_config(5, packing, DataOrder::shuffled));
+    constexpr int kThreads = 4;
+    constexpr std::int64_t kSamplesPerThread = 200;  // several epochs, so layouts are evicted
+    std::vector<std::vector<Tokens>> seen(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::int64_t i = 0; i < kSamplesPerThread; ++i) {
+          seen[static_cast<std::size_t>(t)].push_back(shared.window_tokens((i * 7 + t) % kSamplesPerThread));
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) {
+      for (std::int64_t i = 0; i < kSamplesPerThread; ++i) {
+        ASSERT_EQ(seen[static_cast<std::size_t>(t)][static_cast<std::size_t>(i)],
+                  alone.window_tokens((i * 7 + t) % kSamplesPerThread));
+      }
+    }
+  }
 }
 
 // ---- Unit packing -----------------------------------------------------------------------------

@@ -177,13 +177,18 @@ std::shared_ptr<const SampleSource::EpochLayout> SampleSource::layout(std::int64
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto found = cache_.find(key); found != cache_.end()) return found->second;
   std::shared_ptr<const EpochLayout> built = build_layout(key);
-  cache_.emplace(key, built);
+  remember_locked(key, built);
+  return built;
+}
+
+void SampleSource::remember_locked(std::int64_t key,
+                                   std::shared_ptr<const EpochLayout> epoch_layout) const {
+  cache_.emplace(key, std::move(epoch_layout));
   while (cache_.size() > kCachedEpochs) {
     auto oldest = cache_.begin();
     if (oldest->first == key) ++oldest;
     cache_.erase(oldest);
   }
-  return built;
 }
 
 void SampleSource::check_tokens(std::span<const std::int32_t> tokens,
@@ -236,8 +241,9 @@ std::int64_t SampleSource::first_sample_of_epoch(std::int64_t epoch) const {
   if (unit_epoch_starts_.empty()) unit_epoch_starts_.push_back(0);
   while (static_cast<std::int64_t>(unit_epoch_starts_.size()) <= epoch) {
     const auto next = static_cast<std::int64_t>(unit_epoch_starts_.size()) - 1;
-    // Counting windows needs only the packing, not the cache: build it without the lock's cache.
-    const auto windows = static_cast<std::int64_t>(build_layout(next)->window_starts.size()) - 1;
+    std::shared_ptr<const EpochLayout> built = build_layout(next);
+    const auto windows = static_cast<std::int64_t>(built->window_starts.size()) - 1;
+    if (!cache_.contains(next)) remember_locked(next, std::move(built));
     unit_epoch_starts_.push_back(unit_epoch_starts_.back() + windows);
   }
   return unit_epoch_starts_[static_cast<std::size_t>(epoch)];

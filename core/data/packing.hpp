@@ -87,6 +87,8 @@ class SampleSource {
 
   std::shared_ptr<const EpochLayout> layout(std::int64_t epoch) const;
   std::shared_ptr<EpochLayout> build_layout(std::int64_t epoch) const;
+  // Caches a layout, evicting the lowest epochs beyond a few; the caller holds mutex_.
+  void remember_locked(std::int64_t key, std::shared_ptr<const EpochLayout> epoch_layout) const;
   void read_stream(std::int64_t stream_begin, std::span<std::int32_t> out) const;
   void read_unit_window(std::int64_t global_index, std::span<std::int32_t> out) const;
   void check_tokens(std::span<const std::int32_t> window, std::int64_t global_index) const;
