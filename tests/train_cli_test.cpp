@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "production/backend.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem {
@@ -172,9 +173,11 @@ TEST_F(TrainCli, BadInputExitsNonZeroNamingTheField) {
   EXPECT_NE(bad.output.find("--global-batch-size"), std::string::npos) << bad.output;
   const auto unknown = run_tandem(tiny({"--no-such-option"}), "", "2>&1");
   EXPECT_EQ(unknown.exit_code, 2);
-  const auto production = run_tandem(tiny({"--engine", "production"}), "", "2>&1");
-  EXPECT_EQ(production.exit_code, 2);
-  EXPECT_NE(production.output.find("not built yet"), std::string::npos);
+  if (!production::cuda_backend_built()) {
+    const auto cuda = run_tandem(tiny({"--engine", "production", "--device", "cuda"}), "", "2>&1");
+    EXPECT_EQ(cuda.exit_code, 2);
+    EXPECT_NE(cuda.output.find("the cuda backend is not built yet"), std::string::npos) << cuda.output;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,664 @@
+// Every host op of the production backend (production/kernels/*_host.cpp, the code the cpu
+// backend ships) against the reference op (reference/model_ops.hpp) in fp32.
+//
+// Kind of comparison: approximate, elementwise, |host - reference| <= bound with the bound derived
+// next to each comparison from fp32's unit roundoff u = 2^-24, the reduction length n and the sum
+// of |terms| (Higham: a recursive fp32 sum of n terms errs by at most gamma_n sum|terms|,
+// gamma_n = n u / (1 - n u) <= 1.01 n u here). The reference runs in double on the SAME fp32
+// inputs widened exactly, so its own error (2^-53 relative) is below 1e-9 of every bound.
+// Exact comparisons where the op has no rounding (embedding forward, conversions, AdamW on dyadic
+// inputs). Every approximate check has a negative control: the reference perturbed by 4x the bound
+// at one element must be rejected.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/checkpoint/tensor_data.hpp"
+#include "core/init.hpp"
+#include "production/kernels/attention.hpp"
+#include "production/kernels/cross_entropy.hpp"
+#include "production/kernels/elementwise.hpp"
+#include "production/kernels/embedding.hpp"
+#include "production/kernels/gemm.hpp"
+#include "production/kernels/optimizer.hpp"
+#include "production/kernels/rmsnorm.hpp"
+#include "production/kernels/rope.hpp"
+#include "production/kernels/swiglu.hpp"
+#include "reference/adamw.hpp"
+#include "reference/model_ops.hpp"
+
+namespace tandem {
+namespace {
+
+using namespace tandem::production;
+
+const double kUnitRoundoff = std::ldexp(1.0, -24);  // u of fp32
+
+// Values in [-scale, scale) from a counter-based stream (core/init.hpp), as fp32.
+std::vector<float> random_values(std::int64_t count, std::uint64_t seed, double scale) {
+  std::vector<float> values(static_cast<std::size_t>(count));
+  const std::uint64_t stream = splitmix64_mix(seed);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double unit = static_cast<double>(init_stream_word(stream, static_cast<std::uint64_t>(i)) >> 11) *
+                        std::ldexp(1.0, -53);  // [0, 1)
+    values[static_cast<std::size_t>(i)] = static_cast<float>(scale * (2.0 * unit - 1.0));
+  }
+  return values;
+}
+
+std::vector<double> widen(const std::vector<float>& values) { return {values.begin(), values.end()}; }
+
+struct Verdict {
+  bool ok = true;
+  std::string report;  // the worst element: index, both values, bound, % of bound
+};
+
+// NaN/Inf first, then |got - want| <= bound elementwise.
+Verdict compare(const std::string& name, const std::vector<float>& got, const std::vector<double>& want,
+                const std::vector<double>& bound) {
+  Verdict verdict;
+  if (got.size() != want.size() || want.size() != bound.size()) {
+    return {false, name + ": sizes differ"};
+  }
+  double worst_ratio = -1;
+  std::size_t worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) {
+      return {false, name + "[" + std::to_string(i) + "] is not finite: got " +
+                         std::to_string(got[i]) + " want " + std::to_string(want[i])};
+    }
+    const double error = std::abs(static_cast<double>(got[i]) - want[i]);
+    const double ratio = bound[i] > 0 ? error / bound[i] : (error == 0 ? 0 : 1e300);
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+    if (error > bound[i]) verdict.ok = false;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%s: worst [%zu] got %.9g want %.12g error %.3g bound %.3g (%.1f%% of bound)",
+                name.c_str(), worst, static_cast<double>(got[worst]), want[worst],
+                std::abs(static_cast<double>(got[worst]) - want[worst]), bound[worst], 100 * worst_ratio);
+  verdict.report = line;
+  return verdict;
+}
+
+// The check and its negative control: the reference moved by 4x the bound at the element with
+// the largest bound (never one whose bound is 0, where any move fails trivially) must fail.
+void expect_within(const std::string& name, const std::vector<float>& got,
+                   const std::vector<double>& want, const std::vector<double>& bound) {
+  const Verdict verdict = compare(name, got, want, bound);
+  EXPECT_TRUE(verdict.ok) << verdict.report;
+  std::printf("%s\n", verdict.report.c_str());
+  std::vector<double> shifted = want;
+  const auto widest = static_cast<std::size_t>(std::max_element(bound.begin(), bound.end()) - bound.begin());
+  shifted[widest] += 4 * bound[widest];
+  EXPECT_FALSE(compare(name + " (negative control)", got, shifted, bound).ok)
+      << name << ": a reference shifted by 4x the bound was accepted";
+}
+
+// ---------------------------------------------------------------------------------------- GEMM
+
+struct GemmCase {
+  std::int64_t m, n, k;
+  Transpose a_transpose, b_transpose;
+  float beta;
+};
+
+TEST(ProductionOps, GemmMatchesReferenceLinearInEveryLayout) {
+  const std::vector<GemmCase> cases = {
+      {5, 7, 33, Transpose::no, Transpose::yes, 0.0f},   // forward X W^T (linear_forward)
+      {5, 33, 7, Transpose::no, Transpose::no, 0.0f},    // input grad dY W (linear_backward)
+      {7, 33, 5, Transpose::yes, Transpose::no, 1.0f},   // weight grad dY^T X += (linear_backward)
+      {6, 4, 65, Transpose::yes, Transpose::yes, 1.0f},  // both transposed, accumulate
+  };
+  for (const GemmCase& c : cases) {
+    const std::vector<float> a = random_values(c.m * c.k, 11, 1.0);  // op(A) [m, k] as stored
+    const std::vector<float> b = random_values(c.k * c.n, 12, 1.0);  // op(B) [k, n] as stored
+    std::vector<float> out = random_values(c.m * c.n, 13, 1.0);      // [m, n] C
+    const std::vector<float> initial = out;
+    auto a_at = [&](std::int64_t i, std::int64_t l) {  // op(A)[i, l]
+      return static_cast<double>(c.a_transpose == Transpose::no ? a[static_cast<std::size_t>(i * c.k + l)]
+                                                                : a[static_cast<std::size_t>(l * c.m + i)]);
+    };
+    auto b_at = [&](std::int64_t l, std::int64_t j) {  // op(B)[l, j]
+      return static_cast<double>(c.b_transpose == Transpose::no ? b[static_cast<std::size_t>(l * c.n + j)]
+                                                                : b[static_cast<std::size_t>(j * c.k + l)]);
+    };
+    GemmParams params;
+    params.m = c.m;
+    params.n = c.n;
+    params.k = c.k;
+    params.a = GemmOperand{a.data(), DType::f32, c.a_transpose};
+    params.b = GemmOperand{b.data(), DType::f32, c.b_transpose};
+    params.c = out.data();
+    params.beta = c.beta;
+    gemm_host(params);
+
+    // The reference op: linear_forward computes op(A) op(B) as input [m, k] x weight [n, k]^T.
+    std::vector<double> input(static_cast<std::size_t>(c.m * c.k));   // [m, k]
+    std::vector<double> weight(static_cast<std::size_t>(c.n * c.k));  // [n, k]
+    for (std::int64_t i = 0; i < c.m; ++i)
+      for (std::int64_t l = 0; l < c.k; ++l) input[static_cast<std::size_t>(i * c.k + l)] = a_at(i, l);
+    for (std::int64_t j = 0; j < c.n; ++j)
+      for (std::int64_t l = 0; l < c.k; ++l) weight[static_cast<std::size_t>(j * c.k + l)] = b_at(l, j);
+    std::vector<double> want(static_cast<std::size_t>(c.m * c.n));
+    reference::linear_forward(input.data(), weight.data(), static_cast<const double*>(nullptr), c.m, c.k, c.n,
+                              want.data());
+    std::vector<double> bound(want.size());
+    for (std::int64_t i = 0; i < c.m; ++i) {
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        const auto e = static_cast<std::size_t>(i * c.n + j);
+        double terms = 0;  // sum_l |a_il b_lj|
+        for (std::int64_t l = 0; l < c.k; ++l) terms += std::abs(a_at(i, l) * b_at(l, j));
+        want[e] += static_cast<double>(c.beta) * initial[e];
+        // k products and k-1 sums in fp32: gamma_k sum|terms|; + beta*C: one more rounding
+        // of everything (u (sum|terms| + |C|)); 1.01 covers gamma's denominator.
+        bound[e] = 1.01 * kUnitRoundoff *
+                   ((c.k + 1) * terms + (c.beta != 0 ? 2 * std::abs(static_cast<double>(initial[e])) : 0.0));
+      }
+    }
+    expect_within("gemm m" + std::to_string(c.m) + " n" + std::to_string(c.n) + " k" + std::to_string(c.k),
+                  out, want, bound);
+  }
+}
+
+TEST(ProductionOps, GemmOnBf16InputsAccumulatesInFp32) {
+  // bf16 inputs are exact dyadic values; with small integers every product and partial sum is
+  // exactly representable in fp32, so the result is exact: the accumulation is fp32, not bf16
+  // (a bf16 accumulator would round 257 to 256).
+  const std::int64_t k = 257;
+  std::vector<Bf16> a(static_cast<std::size_t>(k), bf16_from_f32(1.0f));  // [1, k]
+  std::vector<Bf16> b(static_cast<std::size_t>(k), bf16_from_f32(1.0f));  // [k, 1]
+  float out = 0;
+  GemmParams params;
+  params.m = 1;
+  params.n = 1;
+  params.k = k;
+  params.a = GemmOperand{a.data(), DType::bf16, Transpose::no};
+  params.b = GemmOperand{b.data(), DType::bf16, Transpose::no};
+  params.c = &out;
+  gemm_host(params);
+  EXPECT_EQ(out, 257.0f);  // 257 ones
+  Bf16 rounded{};
+  params.c = &rounded;
+  params.c_dtype = DType::bf16;
+  gemm_host(params);
+  EXPECT_EQ(f32_from_bf16(rounded), 256.0f);  // 257 stored in bf16: 8 significant bits, ties to even
+}
+
+// ------------------------------------------------------------------------------------- RMSNorm
+
+TEST(ProductionOps, RmsnormForwardAndBackwardMatchReference) {
+  const std::int64_t rows = 6, width = 48;
+  const float epsilon = 1e-5f;
+  const std::vector<float> x = random_values(rows * width, 21, 2.0);       // [rows, width]
+  const std::vector<float> w = random_values(width, 22, 1.5);              // [width]
+  const std::vector<float> dy = random_values(rows * width, 23, 1.0);      // [rows, width]
+  std::vector<float> y(x.size()), inverse_rms(static_cast<std::size_t>(rows));
+  rmsnorm_forward_host(RmsnormForwardParams{x.data(), w.data(), y.data(), inverse_rms.data(), rows, width,
+                                            epsilon, DType::f32});
+  std::vector<double> want_y(x.size()), want_r(static_cast<std::size_t>(rows));
+  const auto xd = widen(x), wd = widen(w), dyd = widen(dy);
+  reference::rmsnorm_forward(xd.data(), wd.data(), rows, width, static_cast<double>(epsilon), want_y.data(),
+                             want_r.data());
+  // r = 1/sqrt(sum x^2 / width + eps): the sum of width positive squares errs by gamma_(width+1)
+  // relative; /width, +eps, sqrt, 1/ add 4 roundings; sqrt halves the sum's error, so r is within
+  // (width/2 + 5) u relative; y = x r w adds 2 roundings.
+  std::vector<double> bound_r(want_r.size()), bound_y(want_y.size());
+  for (std::int64_t row = 0; row < rows; ++row) {
+    bound_r[static_cast<std::size_t>(row)] = 1.01 * kUnitRoundoff * (width / 2.0 + 5) * want_r[static_cast<std::size_t>(row)];
+    for (std::int64_t j = 0; j < width; ++j) {
+      const auto e = static_cast<std::size_t>(row * width + j);
+      bound_y[e] = 1.01 * kUnitRoundoff * (width / 2.0 + 7) * std::abs(want_y[e]);
+    }
+  }
+  expect_within("rmsnorm inverse_rms", inverse_rms, want_r, bound_r);
+  expect_within("rmsnorm output", y, want_y, bound_y);
+
+  // Backward on the same fp32 r (both twins read the saved statistic), accumulating into dx.
+  const std::vector<float> dx_initial = random_values(rows * width, 24, 1.0);
+  std::vector<float> dx = dx_initial, dw(static_cast<std::size_t>(width), 0.0f);
+  RmsnormBackwardParams backward{x.data(), w.data(), inverse_rms.data(), dy.data(), dx.data(), dw.data(),
+                                 rows, width, true, DType::f32};
+  rmsnorm_backward_host(backward);
+  std::vector<double> want_dx = widen(dx_initial), want_dw(static_cast<std::size_t>(width), 0.0);
+  const auto rd = widen(inverse_rms);
+  reference::rmsnorm_backward(xd.data(), wd.data(), rd.data(), dyd.data(), rows, width, want_dx.data(),
+                              want_dw.data());
+  // dx_k = r w_k dy_k - (r^3/width) x_k sum_j dy_j w_j x_j + dx_old: the dot has width terms of
+  // 3 factors (gamma_(width+2) of sum|dy w x|), then r^3/width (4 roundings), times x_k, the
+  // subtraction and the accumulation: (width + 10) u over the |terms|.
+  // dw_j = sum over rows of dy x r: rows terms of 3 factors: (rows + 2) u sum|dy x r|.
+  std::vector<double> bound_dx(want_dx.size()), bound_dw(want_dw.size(), 0.0);
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const double r = rd[static_cast<std::size_t>(row)];
+    double dot_terms = 0;
+    for (std::int64_t j = 0; j < width; ++j) {
+      const auto e = static_cast<std::size_t>(row * width + j);
+      dot_terms += std::abs(dyd[e] * wd[static_cast<std::size_t>(j)] * xd[e]);
+      bound_dw[static_cast<std::size_t>(j)] += 1.01 * kUnitRoundoff * (rows + 2) * std::abs(dyd[e] * xd[e] * r);
+    }
+    for (std::int64_t k = 0; k < width; ++k) {
+      const auto e = static_cast<std::size_t>(row * width + k);
+      const double terms = std::abs(r * wd[static_cast<std::size_t>(k)] * dyd[e]) +
+                           r * r * r / static_cast<double>(width) * std::abs(xd[e]) * dot_terms +
+                           std::abs(static_cast<double>(dx_initial[e]));
+      bound_dx[e] = 1.01 * kUnitRoundoff * (width + 10) * terms;
+    }
+  }
+  expect_within("rmsnorm input grad", dx, want_dx, bound_dx);
+  expect_within("rmsnorm weight grad", dw, want_dw, bound_dw);
+}
+
+// ---------------------------------------------------------------------------------------- RoPE
+
+TEST(ProductionOps, RopeTablesAndRotationsMatchReference) {
+  const std::int64_t rows = 9, heads = 3, head_dim = 8, half = head_dim / 2;
+  const std::vector<std::int32_t> positions = {0, 1, 2, 0, 1, 5000, 8191, 3, 65535};  // [rows]
+  const double base = 10000.0;
+  std::vector<float> cosines(static_cast<std::size_t>(rows * half)), sines(cosines.size());
+  rope_table_host(RopeTableParams{positions.data(), cosines.data(), sines.data(), rows, head_dim, base});
+  std::vector<double> want_cos(cosines.size()), want_sin(sines.size());
+  reference::rope_tables(positions.data(), rows, head_dim, base, want_cos.data(), want_sin.data());
+  // The host computes the angle and its cosine in double and rounds once: u relative, plus
+  // double's own error on an angle up to 65535 rad (~2^-53 x 65535, absolute) - far below u.
+  std::vector<double> bound_cos(want_cos.size()), bound_sin(want_sin.size());
+  for (std::size_t i = 0; i < want_cos.size(); ++i) {
+    bound_cos[i] = kUnitRoundoff * std::abs(want_cos[i]) + 1e-11;
+    bound_sin[i] = kUnitRoundoff * std::abs(want_sin[i]) + 1e-11;
+  }
+  expect_within("rope cosines", cosines, want_cos, bound_cos);
+  expect_within("rope sines", sines, want_sin, bound_sin);
+
+  const std::vector<float> x = random_values(rows * heads * head_dim, 31, 1.0);  // [rows, heads*hd]
+  const auto cd = widen(cosines), sd = widen(sines);
+  for (const bool backward : {false, true}) {
+    std::vector<float> got = x;
+    RopeParams params{got.data(), cosines.data(), sines.data(), rows, heads, head_dim, DType::f32};
+    backward ? rope_backward_host(params) : rope_forward_host(params);
+    std::vector<double> want = widen(x);
+    backward ? reference::rope_backward(want.data(), cd.data(), sd.data(), rows, heads, head_dim)
+             : reference::rope_forward(want.data(), cd.data(), sd.data(), rows, heads, head_dim);
+    // Each output is a c +- b s: two products and one sum, 2u (|a c| + |b s|) (+1 for the sign
+    // multiplication, exact).
+    std::vector<double> bound(want.size());
+    for (std::int64_t row = 0; row < rows; ++row) {
+      for (std::int64_t head = 0; head < heads; ++head) {
+        for (std::int64_t i = 0; i < half; ++i) {
+          const auto first = static_cast<std::size_t>((row * heads + head) * head_dim + i);
+          const auto second = first + static_cast<std::size_t>(half);
+          const auto table = static_cast<std::size_t>(row * half + i);
+          const double terms = std::abs(static_cast<double>(x[first]) * cd[table]) +
+                               std::abs(static_cast<double>(x[second]) * sd[table]) +
+                               std::abs(static_cast<double>(x[second]) * cd[table]) +
+                               std::abs(static_cast<double>(x[first]) * sd[table]);
+          bound[first] = bound[second] = 2.02 * kUnitRoundoff * terms;
+        }
+      }
+    }
+    expect_within(backward ? "rope backward" : "rope forward", got, want, bound);
+  }
+}
+
+// -------------------------------------------------------------------------------------- SwiGLU
+
+TEST(ProductionOps, SwigluForwardAndBackwardMatchReference) {
+  const std::int64_t count = 257;
+  const std::vector<float> gate = random_values(count, 41, 8.0), up = random_values(count, 42, 2.0);
+  const std::vector<float> dh = random_values(count, 43, 1.0);
+  std::vector<float> hidden(static_cast<std::size_t>(count)), dgate(hidden.size()), dup(hidden.size());
+  swiglu_forward_host(SwigluForwardParams{gate.data(), up.data(), hidden.data(), count, DType::f32});
+  swiglu_backward_host(SwigluBackwardParams{gate.data(), up.data(), dh.data(), dgate.data(), dup.data(), count,
+                                            DType::f32});
+  const auto gd = widen(gate), ud = widen(up), dhd = widen(dh);
+  std::vector<double> want_h(hidden.size()), want_dg(hidden.size(), 0.0), want_du(hidden.size(), 0.0);
+  reference::swiglu_forward(gd.data(), ud.data(), count, want_h.data());
+  reference::swiglu_backward(gd.data(), ud.data(), dhd.data(), count, want_dg.data(), want_du.data());
+  std::vector<double> bound_h(want_h.size()), bound_dg(want_h.size()), bound_du(want_h.size());
+  for (std::size_t i = 0; i < want_h.size(); ++i) {
+    const double sigma = 1.0 / (1.0 + std::exp(-gd[i]));
+    // sigma = 1/(1 + exp(-g)): exp within 2u (libm), +1 and / add 2: 4u relative; h = g sigma up
+    // two more products: 6u; silu likewise 5u.
+    bound_h[i] = 6.06 * kUnitRoundoff * std::abs(want_h[i]);
+    bound_du[i] = 6.06 * kUnitRoundoff * std::abs(want_du[i]);
+    // dg = dh up sigma (1 + g (1 - sigma)): 1 - sigma cancels, so its error is absolute, 5u sigma;
+    // with the products and sums the whole is within 12u of |dh up| sigma (1 + 2|g|).
+    bound_dg[i] = 12.12 * kUnitRoundoff * std::abs(dhd[i] * ud[i]) * sigma * (1 + 2 * std::abs(gd[i]));
+  }
+  expect_within("swiglu hidden", hidden, want_h, bound_h);
+  expect_within("swiglu gate grad", dgate, want_dg, bound_dg);
+  expect_within("swiglu up grad", dup, want_du, bound_du);
+}
+
+// ----------------------------------------------------------------------------------- Attention
+
+TEST(ProductionOps, DocumentMaskedGqaAttentionMatchesReference) {
+  const std::int64_t samples = 2, seq = 12, heads = 4, groups = 2, head_dim = 8;
+  const std::int64_t rows = samples * seq, qw = heads * head_dim, kvw = groups * head_dim;
+  // Two documents per sample at different places (SPEC 3: attention_start is the document start).
+  const std::vector<std::int32_t> starts = {0, 0, 0, 0, 0, 5, 5, 5, 5, 5, 5, 11,
+                                            0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};  // [rows]
+  const std::vector<float> q = random_values(rows * qw, 51, 1.0), k = random_values(rows * kvw, 52, 1.0);
+  const std::vector<float> v = random_values(rows * kvw, 53, 1.0), dctx = random_values(rows * qw, 54, 1.0);
+  const double scale_d = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const AttentionShape shape{samples, seq, heads, groups, head_dim};
+  std::vector<float> context(static_cast<std::size_t>(rows * qw)), lse(static_cast<std::size_t>(rows * heads));
+  AttentionForwardParams forward{q.data(), k.data(), v.data(), starts.data(), context.data(), lse.data(), shape,
+                                 static_cast<float>(scale_d), DType::f32};
+  attention_forward_host(forward);
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  AttentionBackwardParams backward{q.data(), k.data(), v.data(), context.data(), lse.data(), dctx.data(),
+                                   starts.data(), dq.data(), dk.data(), dv.data(), shape,
+                                   static_cast<float>(scale_d), DType::f32};
+  attention_backward_host(backward);
+
+  // The reference runs one sample at a time: [seq] rows with starts relative to the sample.
+  std::vector<double> want_ctx(context.size()), want_dq(q.size(), 0.0), want_dk(k.size(), 0.0),
+      want_dv(v.size(), 0.0);
+  std::vector<double> bound_ctx(context.size(), 0.0), bound_dq(q.size(), 0.0), bound_dk(k.size(), 0.0),
+      bound_dv(v.size(), 0.0);
+  const reference::AttentionShape one{seq, heads, groups, head_dim};
+  for (std::int64_t s = 0; s < samples; ++s) {
+    const auto qd = widen({q.begin() + s * seq * qw, q.begin() + (s + 1) * seq * qw});
+    const auto kd = widen({k.begin() + s * seq * kvw, k.begin() + (s + 1) * seq * kvw});
+    const auto vd = widen({v.begin() + s * seq * kvw, v.begin() + (s + 1) * seq * kvw});
+    const auto dcd = widen({dctx.begin() + s * seq * qw, dctx.begin() + (s + 1) * seq * qw});
+    std::vector<double> probabilities(static_cast<std::size_t>(heads * seq * seq), 0.0);
+    std::vector<double> ctx(static_cast<std::size_t>(seq * qw)), gq(qd.size(), 0.0), gk(kd.size(), 0.0),
+        gv(vd.size(), 0.0);
+    const std::int32_t* start = starts.data() + s * seq;
+    reference::attention_forward(qd.data(), kd.data(), vd.data(), start, one, probabilities.data(), ctx.data());
+    reference::attention_backward(qd.data(), kd.data(), vd.data(), start, one, probabilities.data(), dcd.data(),
+                                  gq.data(), gk.data(), gv.data());
+    std::copy(ctx.begin(), ctx.end(), want_ctx.begin() + s * seq * qw);
+    std::copy(gq.begin(), gq.end(), want_dq.begin() + s * seq * qw);
+    std::copy(gk.begin(), gk.end(), want_dk.begin() + s * seq * kvw);
+    std::copy(gv.begin(), gv.end(), want_dv.begin() + s * seq * kvw);
+    // Bounds, per (head, t) with span n = t - start + 1:
+    //   a score z = scale q.k errs by (hd + 2) u S_ts absolutely, S_ts = scale sum_i |q_i k_i|;
+    //   exp(z - max) / sum turns that into a relative error of p of 2 Z + (n + 4) u with
+    //   Z = max_s (hd + 2) u S_ts (the shift and the normalizer carry one score's error each);
+    //   context = sum_s p v over n terms: (n + 1) u sum p|v| plus the p error times sum p|v|.
+    // The backward recomputes p from the saved lse (one more score error) and its sums are over
+    // n (dp, dz, dq), over heads-per-group x n (dk, dv) or hd (D, dp): each output's bound is
+    // E x its |terms| with E = 3 Z + (n x heads/groups + 2 hd + 12) u (D_t = dctx . ctx reads the
+    // fp32 context, whose relative error 2 Z + (2n + 5) u is inside E), the terms of dq_t being
+    // scale sum_s p (|dp| + |D|) |k_s|, of dk_s the same with |q_t|, of dv_s sum_t p |dctx_t|.
+    const std::int64_t per_group = heads / groups;
+    for (std::int64_t head = 0; head < heads; ++head) {
+      const std::int64_t group = head / per_group;
+      for (std::int64_t t = 0; t < seq; ++t) {
+        const std::int64_t first = start[t];
+        const std::int64_t n = t - first + 1;
+        double score_error = 0;
+        for (std::int64_t j = first; j <= t; ++j) {
+          double s_abs = 0;
+          for (std::int64_t i = 0; i < head_dim; ++i)
+            s_abs += std::abs(qd[static_cast<std::size_t>(t * qw + head * head_dim + i)] *
+                              kd[static_cast<std::size_t>(j * kvw + group * head_dim + i)]);
+          score_error = std::max(score_error, (head_dim + 2) * kUnitRoundoff * scale_d * s_abs);
+        }
+        const double forward_relative = 2 * score_error + (n + 4) * kUnitRoundoff;
+        const double backward_relative =
+            3 * score_error + static_cast<double>(n * per_group + 2 * head_dim + 12) * kUnitRoundoff;
+        double expected_grad = 0;  // D_t
+        for (std::int64_t i = 0; i < head_dim; ++i)
+          expected_grad += std::abs(dcd[static_cast<std::size_t>(t * qw + head * head_dim + i)] *
+                                    ctx[static_cast<std::size_t>(t * qw + head * head_dim + i)]);
+        for (std::int64_t j = first; j <= t; ++j) {
+          const double p = probabilities[static_cast<std::size_t>((head * seq + t) * seq + j)];
+          double dp = 0;
+          for (std::int64_t i = 0; i < head_dim; ++i)
+            dp += std::abs(dcd[static_cast<std::size_t>(t * qw + head * head_dim + i)] *
+                           vd[static_cast<std::size_t>(j * kvw + group * head_dim + i)]);
+          for (std::int64_t i = 0; i < head_dim; ++i) {
+            const auto qi = static_cast<std::size_t>((s * seq + t) * qw + head * head_dim + i);
+            const auto ki = static_cast<std::size_t>((s * seq + j) * kvw + group * head_dim + i);
+            const double v_abs = std::abs(vd[static_cast<std::size_t>(j * kvw + group * head_dim + i)]);
+            const double k_abs = std::abs(kd[static_cast<std::size_t>(j * kvw + group * head_dim + i)]);
+            const double q_abs = std::abs(qd[static_cast<std::size_t>(t * qw + head * head_dim + i)]);
+            const double dctx_abs = std::abs(dcd[static_cast<std::size_t>(t * qw + head * head_dim + i)]);
+            bound_ctx[qi] += 1.01 * (forward_relative + (n + 1) * kUnitRoundoff) * p * v_abs;
+            bound_dq[qi] += 1.01 * backward_relative * scale_d * p * (dp + expected_grad) * k_abs;
+            bound_dk[ki] += 1.01 * backward_relative * scale_d * p * (dp + expected_grad) * q_abs;
+            bound_dv[ki] += 1.01 * backward_relative * p * dctx_abs;
+          }
+        }
+      }
+    }
+  }
+  expect_within("attention context", context, want_ctx, bound_ctx);
+  expect_within("attention query grad", dq, want_dq, bound_dq);
+  expect_within("attention key grad", dk, want_dk, bound_dk);
+  expect_within("attention value grad", dv, want_dv, bound_dv);
+}
+
+// ------------------------------------------------------------------------------- Cross-entropy
+
+TEST(ProductionOps, MaskedCrossEntropyMatchesReferenceInChunks) {
+  const std::int64_t rows = 7, vocab = 384;
+  const std::vector<float> logits = random_values(rows * vocab, 61, 6.0);  // [rows, V]
+  const std::vector<std::int32_t> labels = {3, 0, 383, 256, 17, 100, 200};
+  const std::vector<std::uint8_t> mask = {1, 0, 1, 1, 0, 1, 1};
+  const float loss_scale = 1.0f / 5.0f;
+  std::vector<float> row_losses(static_cast<std::size_t>(rows)), grad(logits.size());
+  // Two chunks of rows, as the trainer calls it.
+  const std::int64_t split = 3;
+  for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, split}, {split, rows - split}}) {
+    cross_entropy_host(CrossEntropyParams{logits.data() + first * vocab, labels.data() + first, mask.data() + first,
+                                          row_losses.data() + first, grad.data() + first * vocab, count, vocab,
+                                          loss_scale, DType::f32});
+  }
+  const auto zd = widen(logits);
+  std::vector<double> want_grad(logits.size(), 0.0), want_losses(static_cast<std::size_t>(rows));
+  std::vector<double> bound_losses(want_losses.size()), bound_grad(want_grad.size());
+  for (std::int64_t row = 0; row < rows; ++row) {
+    want_losses[static_cast<std::size_t>(row)] = reference::cross_entropy_forward_backward(
+        zd.data() + row * vocab, labels.data() + row, mask.data() + row, 1, vocab,
+        static_cast<double>(loss_scale), want_grad.data() + row * vocab);
+    double max_logit = zd[static_cast<std::size_t>(row * vocab)];
+    for (std::int64_t c = 0; c < vocab; ++c) max_logit = std::max(max_logit, zd[static_cast<std::size_t>(row * vocab + c)]);
+    // lse = max + log(sum exp(z - max)): the V positive terms sum within gamma_V relative, exp
+    // adds 2u each, log turns a relative error into an absolute one (<= (V + 3) u), then + max and
+    // - z_label round relative to |max| + |z_label|: absolute (V + 3) u + 2u (|max| + |z_label|).
+    const double lse_error = 1.01 * kUnitRoundoff * ((vocab + 3) + 2 * (std::abs(max_logit) +
+                             std::abs(zd[static_cast<std::size_t>(row * vocab + labels[static_cast<std::size_t>(row)])])));
+    bound_losses[static_cast<std::size_t>(row)] = mask[static_cast<std::size_t>(row)] ? lse_error : 0.0;
+    for (std::int64_t c = 0; c < vocab; ++c) {
+      const auto e = static_cast<std::size_t>(row * vocab + c);
+      // dz = scale (exp(z - lse) - onehot): p's relative error is |lse error| + 4u (subtract, exp),
+      // then minus 1 and times scale: 2u of |scale| (p + 1); scale itself is fp32 (u relative).
+      const double p = mask[static_cast<std::size_t>(row)] ? std::abs(want_grad[e] / static_cast<double>(loss_scale) +
+                                                                       (c == labels[static_cast<std::size_t>(row)] ? 1.0 : 0.0))
+                                                           : 0.0;
+      bound_grad[e] = mask[static_cast<std::size_t>(row)]
+                          ? std::abs(static_cast<double>(loss_scale)) *
+                                ((lse_error + 1.01 * 4 * kUnitRoundoff) * p + 3.03 * kUnitRoundoff * (p + 1))
+                          : 0.0;
+    }
+  }
+  expect_within("cross-entropy row losses", row_losses, want_losses, bound_losses);
+  expect_within("cross-entropy logits grad", grad, want_grad, bound_grad);
+  for (std::int64_t c = 0; c < vocab; ++c) EXPECT_EQ(grad[static_cast<std::size_t>(vocab + c)], 0.0f);  // masked row
+}
+
+// ---------------------------------------------------------------------------------- Embedding
+
+TEST(ProductionOps, EmbeddingGatherIsExactAndScatterMatchesReferenceOrder) {
+  const std::int64_t vocab = 10, width = 6;
+  const std::vector<std::int32_t> tokens = {3, 3, 9, 0, 3, 9};  // [rows], repeats accumulate
+  const std::int64_t rows = static_cast<std::int64_t>(tokens.size());
+  const std::vector<float> table = random_values(vocab * width, 71, 1.0);
+  std::vector<float> out(static_cast<std::size_t>(rows * width));
+  embedding_forward_host(EmbeddingForwardParams{tokens.data(), table.data(), out.data(), rows, width, DType::f32});
+  for (std::int64_t t = 0; t < rows; ++t)
+    for (std::int64_t j = 0; j < width; ++j)
+      EXPECT_EQ(out[static_cast<std::size_t>(t * width + j)], table[static_cast<std::size_t>(tokens[static_cast<std::size_t>(t)] * width + j)]);
+  const std::vector<float> dy = random_values(rows * width, 72, 1.0);
+  std::vector<float> grad(static_cast<std::size_t>(vocab * width), 0.0f);
+  embedding_backward_host(EmbeddingBackwardParams{tokens.data(), dy.data(), grad.data(), rows, width, vocab, DType::f32});
+  std::vector<double> want(grad.size(), 0.0), bound(grad.size(), 0.0);
+  for (std::int64_t t = 0; t < rows; ++t) {
+    for (std::int64_t j = 0; j < width; ++j) {
+      const auto e = static_cast<std::size_t>(tokens[static_cast<std::size_t>(t)] * width + j);
+      want[e] += dy[static_cast<std::size_t>(t * width + j)];
+      // at most `rows` additions per element: gamma_rows sum|dy|.
+      bound[e] += 1.01 * kUnitRoundoff * static_cast<double>(rows) * std::abs(static_cast<double>(dy[static_cast<std::size_t>(t * width + j)]));
+    }
+  }
+  expect_within("embedding scatter", grad, want, bound);
+}
+
+// ---------------------------------------------------------------------------- Update path ops
+
+TEST(ProductionOps, SquaredNormPartialSumsMatchTheDoubleSum) {
+  const std::int64_t count = 1000, block = 64;
+  const std::vector<float> g = random_values(count, 81, 1.0);
+  std::vector<double> blocks(static_cast<std::size_t>(squared_norm_blocks(count, block)));
+  squared_norm_host(SquaredNormParams{g.data(), blocks.data(), count, block});
+  double total = 0, want = 0, terms = 0;
+  for (const double b : blocks) total += b;
+  for (const float x : g) {
+    want += static_cast<double>(x) * x;
+    terms += static_cast<double>(x) * x;
+  }
+  // Squares of fp32 values are exact in double; the two orders of count additions differ by at
+  // most 2 x count x 2^-53 x sum g^2.
+  EXPECT_LE(std::abs(total - want), 2.0 * count * std::ldexp(1.0, -53) * terms);
+  EXPECT_EQ(blocks.size(), 16u);  // ceil(1000 / 64)
+}
+
+TEST(ProductionOps, AdamwOnDyadicInputsIsExact) {
+  // b1 = b2 = 0.5, t = 1: m = g/2, v = g^2/2, bias corrections 1/2: m_hat = g, v_hat = g^2,
+  // a = g/(|g| + 0) = sign(g) with eps = 0 (the op is written for any eps); lr = 1/2, wd = 1/2:
+  // decay: p - 1/2 (sign(g) + p/2); no decay: p - 1/2 sign(g).
+  std::vector<float> params = {4.0f, -2.0f, 8.0f, 1.0f};  // [4]: two decay, two no-decay
+  std::vector<float> m(4, 0.0f), v(4, 0.0f);
+  const std::vector<float> g = {2.0f, -0.5f, 1.0f, -4.0f};
+  std::vector<Bf16> copy(4);
+  const std::vector<DecaySegment> segments = {{0, 2, true}, {2, 2, false}};
+  AdamwParams params_struct;
+  params_struct.params = params.data();
+  params_struct.exp_avg = m.data();
+  params_struct.exp_avg_sq = v.data();
+  params_struct.grads = g.data();
+  params_struct.compute_weights = copy.data();
+  params_struct.compute_dtype = DType::bf16;
+  params_struct.count = 4;
+  params_struct.segments = segments.data();
+  params_struct.segment_count = 2;
+  params_struct.hyper = AdamwHyper{0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.0f, 0.5f, 0.5f};
+  adamw_host(params_struct);
+  EXPECT_EQ(params[0], 4.0f - 0.5f * (1.0f + 2.0f));     // 2.5
+  EXPECT_EQ(params[1], -2.0f - 0.5f * (-1.0f - 1.0f));   // -1
+  EXPECT_EQ(params[2], 8.0f - 0.5f * 1.0f);              // 7.5: no decay
+  EXPECT_EQ(params[3], 1.0f - 0.5f * -1.0f);             // 1.5
+  EXPECT_EQ(m[0], 1.0f);   // g/2
+  EXPECT_EQ(v[0], 2.0f);   // g^2/2
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(copy[i].bits, bf16_from_f32(params[i]).bits);
+}
+
+TEST(ProductionOps, AdamwMatchesReferenceWithinTheAuditBound) {
+  const std::int64_t count = 300;
+  std::vector<float> p = random_values(count, 91, 1.0), m = random_values(count, 92, 1e-3),
+                     v = random_values(count, 93, 1e-6), g = random_values(count, 94, 1e-2);
+  for (float& x : v) x = std::abs(x);
+  const std::vector<float> p0 = p, m0 = m, v0 = v;
+  OptimizerConfig optimizer;  // b1 0.9, b2 0.999, eps 1e-8
+  const std::int64_t step = 7;
+  const double lr = 3e-3, wd = 0.1;
+  const std::vector<DecaySegment> segments = {{0, 100, true}, {100, 50, false}, {150, 150, true}};
+  reference::AdamHyper<double> hyper(optimizer, step);
+  AdamwParams params;
+  params.params = p.data();
+  params.exp_avg = m.data();
+  params.exp_avg_sq = v.data();
+  params.grads = g.data();
+  params.count = count;
+  params.segments = segments.data();
+  params.segment_count = 3;
+  params.hyper = AdamwHyper{static_cast<float>(lr), static_cast<float>(wd), static_cast<float>(optimizer.adam_beta1),
+                            static_cast<float>(optimizer.adam_beta2), static_cast<float>(1 - optimizer.adam_beta1),
+                            static_cast<float>(1 - optimizer.adam_beta2), static_cast<float>(optimizer.adam_eps),
+                            static_cast<float>(hyper.bias_correction1), static_cast<float>(hyper.bias_correction2)};
+  adamw_host(params);
+  std::vector<double> want_p(static_cast<std::size_t>(count)), want_m(want_p.size()), want_v(want_p.size());
+  std::vector<double> bound_p(want_p.size()), bound_m(want_p.size()), bound_v(want_p.size());
+  const double u = kUnitRoundoff, b1 = optimizer.adam_beta1, b2 = optimizer.adam_beta2;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto e = static_cast<std::size_t>(i);
+    const bool decays = i < 100 || i >= 150;
+    double param = p0[e], exp_avg = m0[e], exp_avg_sq = v0[e];
+    reference::adamw_update(hyper, lr, decays ? wd : 0.0, static_cast<double>(g[e]), param, exp_avg, exp_avg_sq);
+    want_p[e] = param;
+    want_m[e] = exp_avg;
+    want_v[e] = exp_avg_sq;
+    // The audit's bounds (reference/audit.cpp) for fp32 arithmetic, each hyperparameter rounded
+    // to fp32 once more (one u per rounded constant): m 5u, v 6u of their terms; the new weight
+    // from the fp32 m and v: relative 12u on the Adam term (quotients, sqrt, +eps, both bias
+    // corrections, lr) and 6u on lr wd |p|, plus u |new|; the m/v errors propagate (first order)
+    // through m_hat/(sqrt(v_hat)+eps).
+    bound_m[e] = 1.01 * u * 5 * (std::abs(b1 * m0[e]) + std::abs((1 - b1) * g[e]));
+    bound_v[e] = 1.01 * u * 6 * (std::abs(b2 * v0[e]) + std::abs((1 - b2) * g[e] * g[e]));
+    const double m_hat = exp_avg / hyper.bias_correction1, v_hat = exp_avg_sq / hyper.bias_correction2;
+    const double denominator = std::sqrt(v_hat) + optimizer.adam_eps;
+    const double a = std::abs(m_hat / denominator);
+    const double carried = lr * (bound_m[e] / hyper.bias_correction1 / denominator +
+                                 a * (bound_v[e] / hyper.bias_correction2) / (2 * std::sqrt(v_hat) * denominator));
+    bound_p[e] = 1.01 * (lr * (12 * u * a + 6 * u * (decays ? wd : 0.0) * std::abs(p0[e])) + u * std::abs(param)) + carried;
+  }
+  expect_within("adamw m", m, want_m, bound_m);
+  expect_within("adamw v", v, want_v, bound_v);
+  expect_within("adamw weights", p, want_p, bound_p);
+}
+
+TEST(ProductionOps, ConversionsRoundToNearestEvenLikeTheCheckpointFormat) {
+  // bf16_from_f32 (the ONE production rounding) against core/checkpoint's independent
+  // bf16_from_float on ties, subnormals, infinities, NaN and a stream of random values.
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, 1.00390625f /* tie: even down */, 1.01171875f /* tie: up */,
+                               std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::min(),
+                               std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(), 65504.0f, 3.0e38f};
+  const auto random = random_values(4096, 101, 1e3);
+  values.insert(values.end(), random.begin(), random.end());
+  std::vector<Bf16> converted(values.size());
+  convert_host(ConvertParams{values.data(), converted.data(), static_cast<std::int64_t>(values.size()), DType::f32, DType::bf16});
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(converted[i].bits, checkpoint::bf16_from_float(values[i])) << "value " << values[i];
+  }
+  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.00390625f)), 1.0f);        // 1 + 2^-8: tie to even
+  EXPECT_EQ(f32_from_bf16(bf16_from_f32(1.01171875f)), 1.015625f);   // 1 + 3 x 2^-8: tie up to even
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(f32_from_bf16(bf16_from_f32(nan))));
+  std::vector<float> back(values.size());
+  convert_host(ConvertParams{converted.data(), back.data(), static_cast<std::int64_t>(values.size()), DType::bf16, DType::f32});
+  for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(back[i], f32_from_bf16(converted[i]));  // exact widening
+}
+
+TEST(ProductionOps, ResidualAddBiasAndScaleAreTheirOneRounding) {
+  // Dyadic inputs: every result is exactly representable, so exact equality.
+  std::vector<float> a = {1.5f, -2.25f, 0.125f, 4.0f}, b = {0.5f, 0.25f, -0.125f, -8.0f}, out(4);
+  add_host(AddParams{a.data(), b.data(), out.data(), 4, DType::f32});
+  EXPECT_EQ(out, (std::vector<float>{2.0f, -2.0f, 0.0f, -4.0f}));
+  std::vector<float> bias = {1.0f, -1.0f};  // [2]
+  bias_add_host(BiasAddParams{a.data(), bias.data(), 2, 2, DType::f32});
+  EXPECT_EQ(a, (std::vector<float>{2.5f, -3.25f, 1.125f, 3.0f}));
+  std::vector<float> bias_grad = {0.5f, 0.5f};
+  bias_grad_host(BiasGradParams{b.data(), bias_grad.data(), 2, 2, DType::f32});
+  EXPECT_EQ(bias_grad, (std::vector<float>{0.5f + 0.5f - 0.125f, 0.5f + 0.25f - 8.0f}));
+  scale_host(ScaleParams{b.data(), 4, 0.5f});
+  EXPECT_EQ(b, (std::vector<float>{0.25f, 0.125f, -0.0625f, -4.0f}));
+  // bf16 add rounds once: 1 + 2^-9 is not a bf16 value; the sum rounds to 1.
+  std::vector<Bf16> x = {bf16_from_f32(1.0f)}, y = {bf16_from_f32(std::ldexp(1.0f, -9))}, z(1);
+  add_host(AddParams{x.data(), y.data(), z.data(), 1, DType::bf16});
+  EXPECT_EQ(f32_from_bf16(z[0]), 1.0f);
+}
+
+}  // namespace
+}  // namespace tandem
