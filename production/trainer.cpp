@@ -12,6 +12,9 @@
 namespace tandem::production {
 namespace {
 
+// SPEC 6: coeff = clip_grad / (norm + 1e-6).
+constexpr double kClipNormEpsilon = 1e-6;
+
 void require_single_rank(const ParallelConfig& parallel) {
   const auto refuse = [](const char* name, std::int64_t value) {
     throw std::invalid_argument(std::string("production trainer: ") + name + " = " +
@@ -261,7 +264,7 @@ IterationRecord Trainer::run_iteration() {
     // 6. SPEC 6: coeff = clip / (norm + 1e-6), applied when below 1.
     double clip_coeff = 1.0;
     if (config_.optimizer.clip_grad > 0.0) {
-      const double coeff = config_.optimizer.clip_grad / (grad_norm + 1e-6);
+      const double coeff = config_.optimizer.clip_grad / (grad_norm + kClipNormEpsilon);
       if (coeff < 1.0) {
         clip_coeff = coeff;
         record.clipped = true;

@@ -72,6 +72,7 @@ class Trainer {
   const ModelLayout& layout() const { return layout_; }
   const Counters& counters() const { return counters_; }
   Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
   DType compute_dtype() const { return compute_; }
 
   // The main state (downloaded), and its restoration (uploads, then rewrites the bf16 copy).
