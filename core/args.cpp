@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/data/split.hpp"
+
 namespace tandem {
 namespace {
 
@@ -396,6 +398,7 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
     data.data_path = args.data_paths.front();
   }
   checker.throw_if_any();
+  if (!data.split.empty()) data::parse_split_weights(data.split);  // throws ConfigError on --split
 
   // Model shape.
   auto positive = [&](std::int64_t value, const char* field) {

@@ -222,6 +222,11 @@ TEST(Config, MaskFlagsCanBeTurnedOff) {
   EXPECT_FALSE(config.data.eod_mask_loss);
 }
 
+TEST(Config, SplitIsCheckedWhenParsed) {
+  expect_issue(with(valid(), {"--split", "98,x,1"}), "--split");
+  EXPECT_NO_THROW(parse(with(valid(), {"--split", "98,1,1"})));
+}
+
 TEST(Config, UnknownArgumentIsAnError) {
   EXPECT_THROW(parse(with(valid(), {"--no-such-option", "1"})), CLI::ParseError);
 }
