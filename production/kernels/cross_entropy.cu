@@ -1,0 +1,59 @@
+// CUDA twin of the masked cross-entropy (cross_entropy.hpp): one block per row of the chunk. The
+// max (order-free) and the sum of exp(z - max) (threads' strided partials, then a fixed tree) are
+// computed before any gradient is stored, and the label's logit is read first, so logits_grad may
+// alias logits (f32). expf/logf are CUDA's (within 2 ulp) and the sum's order is not the host's,
+// so the twins agree within a bound, not bit for bit; masked rows are exactly 0 in both.
+#include "production/cuda/kernel_support.cuh"
+#include "production/kernels/cross_entropy.hpp"
+
+namespace tandem::production {
+namespace {
+
+using namespace cuda_detail;
+constexpr int kThreads = 512;
+
+template <class Grad>
+__global__ void cross_entropy_kernel(const float* logits, const std::int32_t* labels,
+                                     const std::uint8_t* loss_mask, float* row_losses, Grad* logits_grad,
+                                     std::int64_t vocab, float loss_scale) {
+  __shared__ float scratch[kThreads];
+  const std::int64_t row = blockIdx.x;
+  const float* z = logits + row * vocab;  // [vocab]
+  const std::int64_t base = row * vocab;
+  if (loss_mask[row] == 0) {  // SPEC 5: times the loss mask; exactly nothing
+    if (threadIdx.x == 0) row_losses[row] = 0.0f;
+    for (std::int64_t c = threadIdx.x; c < vocab; c += kThreads) store(logits_grad, base + c, 0.0f);
+    return;
+  }
+  const std::int32_t label = labels[row];
+  const float label_logit = z[label];
+  float partial_max = -INFINITY;
+  for (std::int64_t c = threadIdx.x; c < vocab; c += kThreads) partial_max = fmaxf(partial_max, z[c]);
+  const float max_logit = block_max(partial_max, scratch);
+  float partial_sum = 0.0f;
+  for (std::int64_t c = threadIdx.x; c < vocab; c += kThreads) partial_sum += expf(z[c] - max_logit);
+  const float normalizer = block_sum(partial_sum, scratch);  // ends with a barrier: all reads done
+  const float log_normalizer = max_logit + logf(normalizer);
+  if (threadIdx.x == 0) row_losses[row] = log_normalizer - label_logit;
+  for (std::int64_t c = threadIdx.x; c < vocab; c += kThreads) {
+    const float probability = expf(z[c] - log_normalizer);
+    const float target = c == label ? 1.0f : 0.0f;
+    store(logits_grad, base + c, loss_scale * (probability - target));
+  }
+}
+
+}  // namespace
+
+void cross_entropy_cuda(const CrossEntropyParams& p, const CudaLaunch& launch) {
+  if (p.rows <= 0) return;
+  if (p.vocab <= 0) throw std::invalid_argument("cross_entropy_cuda: vocab must be > 0");
+  with_storage_type(p.grad_dtype, [&](auto tag) {
+    using Grad = decltype(tag);
+    cross_entropy_kernel<Grad><<<blocks_for(p.rows, 1), kThreads, 0, stream_of(launch)>>>(
+        p.logits, p.labels, p.loss_mask, p.row_losses, static_cast<Grad*>(p.logits_grad), p.vocab,
+        p.loss_scale);
+  });
+  TANDEM_CUDA_CHECK_LAUNCH(cross_entropy_kernel);
+}
+
+}  // namespace tandem::production
