@@ -80,7 +80,7 @@ class DecoderModel {
   const void* weight_at(const void* weights, std::int64_t tensor_index) const;
 
   ModelConfig config_;
-  const ModelLayout& layout_;
+  ModelLayout layout_;  // a copy: the model never dangles when its owner moves
   Backend& backend_;
   DType compute_;
   std::int64_t micro_batch_size_ = 1;
