@@ -261,6 +261,16 @@ TEST(ProductionTrainer, CpuBackendMatchesTheDoubleReferenceInBf16) {
   EXPECT_EQ(compare_with_reference(config, config, true), 0) << "comparisons outside their bf16 bounds";
 }
 
+TEST(ProductionTrainer, BiasesTiedEmbeddingsAndMicrobatchMeanMatchTheReference) {
+  // The optional paths: --add-bias-linear (bias add and bias gradients), tied embeddings (one
+  // tensor receives both uses' gradients, SPEC 4), and Megatron's microbatch-mean loss (SPEC 5).
+  RunConfig config = tiny_run(false);
+  config.model.add_bias_linear = true;
+  config.model.tie_embeddings = true;
+  config.data.loss_normalization = LossNormalization::microbatch_mean;
+  EXPECT_EQ(compare_with_reference(config, config, true), 0) << "comparisons outside their fp32 bounds";
+}
+
 TEST(ProductionTrainer, Fp32BoundsRejectADoubledWeightDecay) {
   // Negative control: production decaying twice (weight decay 0.2 instead of 0.1) moves each
   // decayed weight by lr x 0.1 x |p|, up to ~6e-6 per update at the peak lr: a real bug the fp32
