@@ -10,8 +10,6 @@ namespace tandem {
 
 namespace {
 
-// SplitMix64's increment (the odd 64-bit golden-ratio constant).
-constexpr std::uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ULL;
 // FNV-1a, 64-bit parameters.
 constexpr std::uint64_t kFnvOffsetBasis = 0xCBF29CE484222325ULL;
 constexpr std::uint64_t kFnvPrime = 0x100000001B3ULL;
@@ -20,12 +18,6 @@ constexpr int kDiscardedLowBits = 64 - 53;
 constexpr double kTwoToMinus53 = 0x1.0p-53;
 
 }  // namespace
-
-std::uint64_t splitmix64_mix(std::uint64_t word) {
-  word = (word ^ (word >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  word = (word ^ (word >> 27)) * 0x94D049BB133111EBULL;
-  return word ^ (word >> 31);
-}
 
 std::uint64_t fnv1a64(const std::string& text) {
   std::uint64_t hash = kFnvOffsetBasis;

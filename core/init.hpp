@@ -11,11 +11,9 @@
 
 #include "core/config.hpp"
 #include "core/model_layout.hpp"
+#include "core/random.hpp"
 
 namespace tandem {
-
-// SplitMix64's output function (a bijection on 64-bit words).
-std::uint64_t splitmix64_mix(std::uint64_t word);
 
 // FNV-1a, 64-bit, of the tensor's name bytes: the tensor's identity in the stream.
 std::uint64_t fnv1a64(const std::string& text);

@@ -10,31 +10,9 @@
 namespace tandem::data {
 
 namespace {
-constexpr std::uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ULL;  // SplitMix64's increment
 // Separates the document-order stream from every other stream seeded by --seed ("tandemDO").
 constexpr std::uint64_t kDocumentOrderTag = 0x74616E64656D444FULL;
 }  // namespace
-
-std::uint64_t splitmix64_mix(std::uint64_t value) {
-  value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  value = (value ^ (value >> 27)) * 0x94D049BB133111EBULL;
-  return value ^ (value >> 31);
-}
-
-std::uint64_t SplitMix64::next() {
-  state_ += kGoldenGamma;
-  return splitmix64_mix(state_);
-}
-
-std::uint64_t SplitMix64::below(std::uint64_t bound) {
-  if (bound == 0) throw std::invalid_argument("SplitMix64::below: bound must be at least 1");
-  // 2^64 mod bound, computed in 64 bits: (2^64 - bound) mod bound.
-  const std::uint64_t threshold = (0 - bound) % bound;
-  for (;;) {
-    const std::uint64_t word = next();
-    if (word >= threshold) return word % bound;
-  }
-}
 
 std::uint64_t document_order_state(std::uint64_t seed, std::uint64_t epoch) {
   return splitmix64_mix(splitmix64_mix(seed ^ kDocumentOrderTag) + epoch);

@@ -7,24 +7,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/random.hpp"
+
 namespace tandem::data {
-
-// SplitMix64's finalizer (Steele, Lea, Flood 2014): a bijection on 64-bit words.
-std::uint64_t splitmix64_mix(std::uint64_t value);
-
-// A counter-based SplitMix64 stream: next() adds the golden-ratio increment to the state and
-// returns the mixed state. Two streams with the same start state give the same words.
-class SplitMix64 {
- public:
-  explicit SplitMix64(std::uint64_t state) : state_(state) {}
-  std::uint64_t next();
-  // Unbiased integer in [0, bound), bound >= 1: words below (2^64 mod bound) are rejected and
-  // drawn again, then the word is reduced mod bound (docs/DATA.md).
-  std::uint64_t below(std::uint64_t bound);
-
- private:
-  std::uint64_t state_;
-};
 
 // The start state of the document-order stream of `epoch` under `seed` (docs/DATA.md):
 // mix(mix(seed XOR kDocumentOrderTag) + epoch).
