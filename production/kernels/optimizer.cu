@@ -50,8 +50,17 @@ __global__ void adamw_kernel(float* params, float* exp_avg, float* exp_avg_sq, c
                              Compute* compute_weights, SegmentBatch batch, AdamwHyper h) {
   const std::int64_t offset = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (offset >= batch.count) return;
-  int segment = 0;
-  while (offset >= batch.ends[segment]) ++segment;
+  // The first segment whose end lies past `offset` (binary search: at most 6 steps for 64).
+  int low = 0, high = batch.segments - 1;
+  while (low < high) {
+    const int middle = (low + high) / 2;
+    if (offset < batch.ends[middle]) {
+      high = middle;
+    } else {
+      low = middle + 1;
+    }
+  }
+  const int segment = low;
   const float weight_decay = batch.decay[segment] ? h.weight_decay : 0.0f;  // SPEC 7
   const std::int64_t i = batch.begin + offset;
   const float g = grads[i];
