@@ -49,4 +49,27 @@ void adamw_update(const AdamHyper<Real>& hyper, const Real& lr, const Real& wd, 
   param = param_old - lr * (m_hat / (sqrt(v_hat) + hyper.eps) + wd * param_old);
 }
 
+// Test-only: a deliberately wrong AdamW (equivalence negative controls; trainer.hpp Mutants).
+// Never called on a user's run: the trainer calls it only when a mutant is switched on.
+struct AdamMutation {
+  bool l2_instead_of_decoupled = false;  // g += wd*p before the moments; no decoupled decay
+  bool eps_inside_sqrt = false;          // m_hat / sqrt(v_hat + eps)
+};
+
+template <class Real>
+void adamw_update_mutated(const AdamHyper<Real>& hyper, const Real& lr, const Real& wd,
+                          const Real& grad, Real& param, Real& exp_avg, Real& exp_avg_sq,
+                          const AdamMutation& mutation) {
+  using std::sqrt;
+  const Real g = mutation.l2_instead_of_decoupled ? grad + wd * param : grad;
+  const Real decoupled_wd = mutation.l2_instead_of_decoupled ? Real(0) : wd;
+  exp_avg = hyper.beta1 * exp_avg + (Real(1) - hyper.beta1) * g;
+  exp_avg_sq = hyper.beta2 * exp_avg_sq + (Real(1) - hyper.beta2) * g * g;
+  const Real m_hat = exp_avg / hyper.bias_correction1;
+  const Real v_hat = exp_avg_sq / hyper.bias_correction2;
+  const Real denominator = mutation.eps_inside_sqrt ? sqrt(v_hat + hyper.eps) : sqrt(v_hat) + hyper.eps;
+  const Real param_old = param;
+  param = param_old - lr * (m_hat / denominator + decoupled_wd * param_old);
+}
+
 }  // namespace tandem::reference

@@ -83,7 +83,8 @@ IterationRecord Trainer<Real>::run_iteration() {
   const std::int64_t gbs = config_.batch.global_batch_size;
   const std::int64_t dp = config_.parallel.data_parallel;
   const std::int64_t microbatches = config_.microbatches_per_replica();
-  const bool per_token = config_.data.loss_normalization == LossNormalization::per_token;
+  const bool per_token = config_.data.loss_normalization == LossNormalization::per_token &&
+                         !switches_.mutants.microbatch_mean_under_per_token;  // test-only mutant
   IterationRecord record;
   record.iteration = state_.counters.iteration + 1;
 
@@ -126,13 +127,16 @@ IterationRecord Trainer<Real>::run_iteration() {
     }
   }
 
+  if (switches_.mutants.clip_per_rank) clip_each_replica_mutant();  // test-only mutant
+
   // 3. Reduce over replicas in rank order: what an all-reduce (sum) across DP must produce.
   std::fill(reduced_grads_.begin(), reduced_grads_.end(), Real(0));
   for (const auto& grads : replica_grads_) {
     for (std::size_t i = 0; i < reduced_grads_.size(); ++i) reduced_grads_[i] += grads[i];
   }
   if (switches_.nonfinite_gradient_iterations.count(record.iteration) != 0) {
-    reduced_grads_.front() = Real(std::nan(""));
+    reduced_grads_.at(static_cast<std::size_t>(switches_.nonfinite_gradient_element)) =
+        Real(switches_.nonfinite_gradient_value);
   }
 
   // SPEC 5: the logged loss is always the global token-weighted mean; 0 without loss tokens.
@@ -169,10 +173,15 @@ IterationRecord Trainer<Real>::run_iteration() {
 
     // 7. SPEC 7: AdamW, step t = successful updates including this one.
     const std::int64_t step = counters.successful_updates + 1;
-    const AdamHyper<Real> hyper(config_.optimizer, step);
+    const AdamHyper<Real> hyper(config_.optimizer,
+                                switches_.mutants.bias_correction_off_by_one ? step + 1 : step);
+    const AdamMutation adam_mutation{switches_.mutants.l2_instead_of_decoupled,
+                                     switches_.mutants.eps_inside_sqrt};  // test-only mutants
     std::size_t next_audit = 0;
     for (const auto& tensor : layout_.tensors) {
-      const Real tensor_wd = tensor.decay_group == DecayGroup::decay ? wd : Real(0);
+      const bool decays = tensor.decay_group == DecayGroup::decay ||
+                          switches_.mutants.decay_norm_weights;  // test-only mutant
+      const Real tensor_wd = decays ? wd : Real(0);
       for (std::int64_t e = 0; e < tensor.numel; ++e) {
         const auto i = static_cast<std::size_t>(tensor.offset + e);
         const bool audited = next_audit < audit_elements_.size() &&
@@ -187,8 +196,13 @@ IterationRecord Trainer<Real>::run_iteration() {
           entry.old_m = static_cast<double>(state_.exp_avg[i]);
           entry.old_v = static_cast<double>(state_.exp_avg_sq[i]);
         }
-        adamw_update(hyper, lr, tensor_wd, reduced_grads_[i], state_.params[i],
-                     state_.exp_avg[i], state_.exp_avg_sq[i]);
+        if (adam_mutation.l2_instead_of_decoupled || adam_mutation.eps_inside_sqrt) {
+          adamw_update_mutated(hyper, lr, tensor_wd, reduced_grads_[i], state_.params[i],
+                               state_.exp_avg[i], state_.exp_avg_sq[i], adam_mutation);
+        } else {
+          adamw_update(hyper, lr, tensor_wd, reduced_grads_[i], state_.params[i],
+                       state_.exp_avg[i], state_.exp_avg_sq[i]);
+        }
         if (audited) {
           entry.m = static_cast<double>(state_.exp_avg[i]);
           entry.v = static_cast<double>(state_.exp_avg_sq[i]);
@@ -211,6 +225,7 @@ IterationRecord Trainer<Real>::run_iteration() {
     record.clip_coeff = 1.0;
     counters.skipped_updates += 1;
     counters.consecutive_skips += 1;
+    if (switches_.mutants.scheduler_advances_on_skip) counters.scheduler_samples += gbs;
   }
   // SPEC 1/8: iteration and consumed samples advance either way; the batch was read.
   counters.iteration += 1;
@@ -227,6 +242,22 @@ IterationRecord Trainer<Real>::run_iteration() {
   record.tokens_per_second =
       record.seconds > 0 ? static_cast<double>(record.input_tokens) / record.seconds : 0.0;
   return record;
+}
+
+// Test-only mutant (Mutants::clip_per_rank): each replica's gradient clipped by its own norm
+// before the reduction, the bug SPEC 6's global norm rules out.
+template <class Real>
+void Trainer<Real>::clip_each_replica_mutant() {
+  using std::sqrt;
+  if (config_.optimizer.clip_grad <= 0.0) return;
+  for (auto& grads : replica_grads_) {
+    Real sum_of_squares = Real(0);
+    for (const Real& g : grads) sum_of_squares += g * g;
+    const Real coeff = Real(config_.optimizer.clip_grad) / (sqrt(sum_of_squares) + Real(1e-6));
+    if (coeff < Real(1)) {
+      for (Real& g : grads) g *= coeff;
+    }
+  }
 }
 
 template class Trainer<double>;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -20,10 +21,33 @@
 
 namespace tandem::reference {
 
+// Deliberately wrong variants of the update path ("mutants"), for the equivalence harness's
+// negative controls (equivalence/twin.hpp): a harness that cannot tell one of these from the
+// reference has a hole. Each names the rule it breaks; all false is the reference.
+struct Mutants {
+  bool decay_norm_weights = false;               // SPEC 7: weight decay on 1-D / bias tensors too
+  bool l2_instead_of_decoupled = false;          // SPEC 7: g += wd*p before Adam, no decoupled term
+  bool clip_per_rank = false;                    // SPEC 6: each replica clipped by its own norm
+  bool microbatch_mean_under_per_token = false;  // SPEC 5: microbatch-mean scale in per-token mode
+  bool eps_inside_sqrt = false;                  // SPEC 7: m_hat / sqrt(v_hat + eps)
+  bool bias_correction_off_by_one = false;       // SPEC 7: bias corrections with t + 1
+  bool scheduler_advances_on_skip = false;       // SPEC 8: a skipped update advances the schedule
+
+  bool any() const {
+    return decay_norm_weights || l2_instead_of_decoupled || clip_per_rank ||
+           microbatch_mean_under_per_token || eps_inside_sqrt || bias_correction_off_by_one ||
+           scheduler_advances_on_skip;
+  }
+};
+
 // Test-only switches. The default (all empty/false) is the only path a user's run takes.
 struct TestSwitches {
-  // Iterations (1-based) whose reduced gradient is made NaN, so skipping is testable end to end.
+  // Iterations (1-based) whose reduced gradient is made non-finite, so skipping is testable end
+  // to end: the flat element `nonfinite_gradient_element` is set to `nonfinite_gradient_value`.
   std::set<std::int64_t> nonfinite_gradient_iterations;
+  double nonfinite_gradient_value = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t nonfinite_gradient_element = 0;
+  Mutants mutants;  // all false: the reference
 };
 
 // Main state: weights, moments and counters, all a checkpoint holds besides the configuration.
@@ -68,6 +92,7 @@ class Trainer {
  private:
   // Global sample indices of microbatch m on replica r (SPEC 2, Megatron's sampler).
   std::vector<Sample> microbatch_samples(std::int64_t microbatch, std::int64_t replica) const;
+  void clip_each_replica_mutant();  // test-only: Mutants::clip_per_rank
 
   RunConfig config_;
   ModelLayout layout_;

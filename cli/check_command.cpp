@@ -1,0 +1,152 @@
+// `tandem check [ARGS] [--updates N]`: both twins on the user's own small configuration and data
+// for N updates, held together by the equivalence harness (equivalence/comparison.hpp). Per update
+// and per quantity it prints the two values, the error and the bound; the exit status is the
+// verdict (0: every comparison held, 1: one did not, 2: bad input).
+//
+// The fast twin is the production trainer (cpu backend, or cuda with --device cuda); with
+// --fast-twin reference-double it is the double reference, held against the 50-digit reference.
+// Each update is teacher-forced: the truth starts it from the fast twin's own state.
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include "cli/command.hpp"
+#include "core/args.hpp"
+#include "core/model_layout.hpp"
+#include "core/train/train_options.hpp"
+#include "equivalence/comparison.hpp"
+#include "equivalence/twin.hpp"
+#include "reference/run.hpp"
+
+namespace tandem::cli {
+namespace {
+
+struct CheckCommandState {
+  RunArguments run;
+  std::int64_t updates = 3;
+  std::string fast_twin = "production";
+  std::string device = "cpu";
+  std::string data_cache;
+  std::size_t lines_per_update = 60;
+};
+
+equivalence::TwinKind fast_twin_kind(const CheckCommandState& state) {
+  if (state.fast_twin == "reference-double") return equivalence::reference_twin();
+  return equivalence::production_twin(state.device == "cuda");
+}
+
+int run_check(const CheckCommandState& state) {
+  LaunchContext launch;
+  launch.allow_zero_train_samples = true;
+  RunConfig config = build_run_config(state.run, launch);
+  const equivalence::TwinKind fast = fast_twin_kind(state);
+  // The truth: the 50-digit reference for the double reference; the double reference for
+  // production (whose fp32 bound dwarfs double's rounding, at a fraction of the cost).
+  const equivalence::TwinKind truth = state.fast_twin == "reference-double"
+                                          ? equivalence::reference50_twin()
+                                          : equivalence::reference_twin();
+  if (fast.max_data_parallel > 0 && config.parallel.data_parallel > fast.max_data_parallel) {
+    std::cerr << "error: --data-parallel-size " << config.parallel.data_parallel << ": the "
+              << fast.name << " twin runs " << fast.max_data_parallel
+              << " rank(s) today; fix: --data-parallel-size 1 (the reference's emulated DP is "
+                 "checked by the test suite)\n";
+    return 2;
+  }
+
+  TrainOptions options;
+  options.data_cache = state.data_cache;
+  equivalence::TwinSetup setup;
+  setup.config = config;
+  setup.samples = reference::open_training_samples(config, options);
+  auto truth_twin = truth.make(setup);
+  auto fast_twin = fast.make(setup);
+  const equivalence::PrecisionPair precisions{equivalence::precision_of(fast, config),
+                                              truth.precision};
+
+  std::cout << "tandem check: " << fast_twin->description() << " [fast twin] vs "
+            << truth_twin->description() << " [truth], " << state.updates
+            << " update(s), each from the fast twin's own state; precision "
+            << precisions.under_test.name << " vs " << precisions.reference.name << "\n"
+            << "comparisons: counters, lr, wd, step, flags and samples exact; loss, grad_norm, "
+               "clip_coeff, gradient, params, exp_avg, exp_avg_sq within the derived bounds of "
+               "equivalence/tolerance.hpp (worst element per quantity shown)\n";
+
+  equivalence::Report initial;
+  equivalence::compare_states_bitwise(0, "initial ", truth_twin->state(), fast_twin->state(), initial);
+  std::cout << "update 0 (initialization, SPEC 4: bit-identical): "
+            << (initial.ok() ? "ok" : "FAILED") << "\n";
+  if (!initial.ok()) std::cout << initial.text(state.lines_per_update);
+
+  const ModelLayout layout = make_model_layout(config.model);
+  bool ok = initial.ok();
+  for (std::int64_t update = 1; update <= state.updates; ++update) {
+    equivalence::UpdateObservation reference;
+    equivalence::UpdateObservation under_test;
+    under_test.before = fast_twin->state();
+    truth_twin->load_state(under_test.before);  // teacher forcing: the same state
+    reference.before = truth_twin->state();
+    reference.record = truth_twin->run_iteration();
+    reference.after = truth_twin->state();
+    reference.gradient = truth_twin->last_gradient();
+    under_test.record = fast_twin->run_iteration();
+    under_test.after = fast_twin->state();
+    under_test.gradient = fast_twin->last_gradient();
+    equivalence::Report report;
+    equivalence::compare_update(update, config, layout, precisions, reference, under_test, report);
+    const std::int64_t first = under_test.before.counters.consumed_samples;
+    for (std::int64_t index = first; index < first + config.batch.global_batch_size; ++index) {
+      equivalence::compare_samples(update, truth_twin->consumed_sample(index),
+                                   fast_twin->consumed_sample(index), report);
+    }
+    std::cout << "-- update " << update << ": " << (report.ok() ? "ok" : "FAILED")
+              << " (reference = truth, under test = fast twin)\n"
+              << report.text(state.lines_per_update);
+    ok = ok && report.ok();
+  }
+  std::cout << "verdict: " << (ok ? "the twins agree within every bound" : "the twins DISAGREE")
+            << "\n";
+  return ok ? 0 : 1;
+}
+
+Command add_check_command(CLI::App& parent) {
+  auto state = std::make_shared<CheckCommandState>();
+  CLI::App* sub = parent.add_subcommand(
+      "check", "Run both twins on this configuration and data for N updates and compare them "
+               "quantity by quantity against derived bounds; the exit status is the verdict");
+  add_run_options(*sub, state->run);
+  const std::string group = "Check";
+  sub->add_option("--updates", state->updates, "updates to compare (default: 3)")
+      ->check(CLI::PositiveNumber)->group(group);
+  sub->add_option("--fast-twin", state->fast_twin,
+                  "production (the production trainer, held against the double reference) | "
+                  "reference-double (held against the 50-digit reference) (default: production)")
+      ->check(CLI::IsMember({"production", "reference-double"}))->group(group);
+  sub->add_option("--device", state->device,
+                  "the production twin's backend: cpu | cuda (default: cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->group(group);
+  sub->add_option("--data-cache", state->data_cache,
+                  "directory the embedded corpus is built into when no --data-path is given "
+                  "(default: $TMPDIR/tandem-default-corpus)")->group(group);
+  sub->add_option("--lines-per-update", state->lines_per_update,
+                  "most report lines per update (default: 60)")->group(group);
+
+  Command command;
+  command.app = sub;
+  command.run = [state]() {
+    try {
+      return run_check(*state);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& error) {
+      std::cerr << "error: " << error.what() << "\n";
+      return 2;
+    }
+  };
+  return command;
+}
+
+}  // namespace
+
+TANDEM_COMMAND(45, add_check_command);
+
+}  // namespace tandem::cli

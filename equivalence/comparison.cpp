@@ -1,0 +1,295 @@
+// Update-by-update comparison of two twins (comparison.hpp).
+#include "equivalence/comparison.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "equivalence/float_generator.hpp"
+
+namespace tandem::equivalence {
+namespace {
+
+constexpr std::size_t kKeptFailures = 20;
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+double share_of_bound(const Finding& f) {
+  if (!f.ok) return kInfinity;
+  if (f.bound > 0) return f.error / f.bound;
+  return f.error > 0 ? kInfinity : 0.0;
+}
+
+Finding exact(std::int64_t update, std::string quantity, std::string where, double reference,
+              double under_test) {
+  Finding f;
+  f.update = update;
+  f.quantity = std::move(quantity);
+  f.where = std::move(where);
+  f.comparison = Comparison::exact;
+  f.reference = reference;
+  f.under_test = under_test;
+  f.ok = same_ieee_value(reference, under_test);
+  f.error = f.ok ? 0.0 : (std::isnan(reference) || std::isnan(under_test) ? kInfinity
+                                                                          : std::abs(reference - under_test));
+  return f;
+}
+
+// NaN and infinities by class first, then the metric.
+Finding approximate(std::int64_t update, std::string quantity, std::string where, double reference,
+                    double under_test, double bound) {
+  Finding f;
+  f.update = update;
+  f.quantity = std::move(quantity);
+  f.where = std::move(where);
+  f.comparison = Comparison::approximate;
+  f.reference = reference;
+  f.under_test = under_test;
+  f.bound = bound;
+  if (!std::isfinite(reference) || !std::isfinite(under_test)) {
+    f.ok = classify(reference) == classify(under_test);
+    f.error = f.ok ? 0.0 : kInfinity;
+    return f;
+  }
+  f.error = std::abs(reference - under_test);
+  f.ok = f.error == 0 || f.error <= bound;  // equal needs no bound; false for a NaN bound
+  return f;
+}
+
+void compare_counters(std::int64_t update, const std::string& prefix, const Counters& r,
+                      const Counters& t, Report& report) {
+  auto add = [&](const char* name, std::int64_t a, std::int64_t b) {
+    report.add(exact(update, prefix + name, "", static_cast<double>(a), static_cast<double>(b)));
+  };
+  add("iteration", r.iteration, t.iteration);
+  add("consumed_samples", r.consumed_samples, t.consumed_samples);
+  add("successful_updates", r.successful_updates, t.successful_updates);
+  add("skipped_updates", r.skipped_updates, t.skipped_updates);
+  add("consecutive_skips", r.consecutive_skips, t.consecutive_skips);
+  add("input_tokens", r.input_tokens, t.input_tokens);
+  add("loss_tokens", r.loss_tokens, t.loss_tokens);
+  add("pad_tokens", r.pad_tokens, t.pad_tokens);
+  add("scheduler_samples", r.scheduler_samples, t.scheduler_samples);
+}
+
+}  // namespace
+
+void Report::add(const Finding& finding) {
+  if (!finding.ok) {
+    ++failures_;
+    // Every failure is kept (up to a cap), beside the worst finding of its quantity.
+    if (static_cast<std::size_t>(failures_) <= kKeptFailures) findings_.push_back(finding);
+    return;
+  }
+  const auto key = std::make_pair(finding.update, finding.quantity);
+  const auto found = worst_.find(key);
+  if (found == worst_.end()) {
+    worst_.emplace(key, findings_.size());
+    findings_.push_back(finding);
+  } else if (share_of_bound(finding) > share_of_bound(findings_[found->second])) {
+    findings_[found->second] = finding;
+  }
+}
+
+std::string Report::text(std::size_t max_lines) const {
+  std::ostringstream os;
+  os << std::setprecision(17);
+  for (const auto& line : notes_) os << line << "\n";
+  std::size_t lines = 0;
+  std::vector<const Finding*> ordered;
+  for (const auto& f : findings_) ordered.push_back(&f);
+  // Failures first, so a truncated report still shows them.
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const Finding* a, const Finding* b) { return !a->ok && b->ok; });
+  for (const Finding* f : ordered) {
+    if (lines++ >= max_lines) {
+      os << "... " << findings_.size() - max_lines << " more\n";
+      break;
+    }
+    os << (f->ok ? "ok   " : "FAIL ") << "update " << f->update << " " << f->quantity;
+    if (!f->where.empty()) os << " " << f->where;
+    os << " (" << to_string(f->comparison) << "): reference " << f->reference << ", under test "
+       << f->under_test << ", error " << f->error;
+    if (f->comparison == Comparison::approximate) {
+      os << ", bound " << f->bound << " (" << std::setprecision(3) << 100.0 * share_of_bound(*f)
+         << "% of the bound)" << std::setprecision(17);
+    }
+    os << "\n";
+  }
+  if (failures_ > 0) os << failures_ << " comparison(s) failed\n";
+  return os.str();
+}
+
+void compare_samples(std::int64_t update, const Sample& r, const Sample& t, Report& report) {
+  const std::string where = "sample " + std::to_string(r.global_index);
+  auto vectors = [&](const char* name, const auto& a, const auto& b) {
+    if (a.size() != b.size()) {
+      report.add(exact(update, std::string("sample.") + name + ".size", where,
+                       static_cast<double>(a.size()), static_cast<double>(b.size())));
+      return;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      report.add(exact(update, std::string("sample.") + name, where + " position " + std::to_string(i),
+                       static_cast<double>(a[i]), static_cast<double>(b[i])));
+    }
+  };
+  vectors("tokens", r.tokens, t.tokens);
+  vectors("labels", r.labels, t.labels);
+  vectors("loss_mask", r.loss_mask, t.loss_mask);
+  vectors("positions", r.positions, t.positions);
+  vectors("attention_start", r.attention_start, t.attention_start);
+}
+
+void compare_states_bitwise(std::int64_t update, const std::string& what, const TwinState& r,
+                            const TwinState& t, Report& report) {
+  auto vectors = [&](const char* name, const std::vector<double>& a, const std::vector<double>& b) {
+    if (a.size() != b.size()) {
+      report.add(exact(update, what + name + ".size", "", static_cast<double>(a.size()),
+                       static_cast<double>(b.size())));
+      return;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      Finding f = exact(update, what + name, "[" + std::to_string(i) + "]", a[i], b[i]);
+      f.comparison = Comparison::deterministic;
+      report.add(f);
+    }
+  };
+  vectors("params", r.params, t.params);
+  vectors("exp_avg", r.exp_avg, t.exp_avg);
+  vectors("exp_avg_sq", r.exp_avg_sq, t.exp_avg_sq);
+  compare_counters(update, what + "counters.", r.counters, t.counters, report);
+}
+
+void compare_update(std::int64_t update, const RunConfig& config, const ModelLayout& layout,
+                    const PrecisionPair& precisions, const UpdateObservation& ref,
+                    const UpdateObservation& test, Report& report) {
+  const IterationRecord& r = ref.record;
+  const IterationRecord& t = test.record;
+  auto add_exact = [&](const char* name, double a, double b) {
+    report.add(exact(update, name, "", a, b));
+  };
+  // Exact: what the update did and the schedule it used (SPEC 1, 6, 8).
+  add_exact("iteration", static_cast<double>(r.iteration), static_cast<double>(t.iteration));
+  add_exact("update_successful", r.update_successful, t.update_successful);
+  add_exact("step", static_cast<double>(r.step), static_cast<double>(t.step));
+  add_exact("lr", r.lr, t.lr);
+  add_exact("wd", r.wd, t.wd);
+  add_exact("input_tokens", static_cast<double>(r.input_tokens), static_cast<double>(t.input_tokens));
+  add_exact("loss_tokens", static_cast<double>(r.loss_tokens), static_cast<double>(t.loss_tokens));
+  add_exact("pad_tokens", static_cast<double>(r.pad_tokens), static_cast<double>(t.pad_tokens));
+  compare_counters(update, "counters.", ref.after.counters, test.after.counters, report);
+
+  // Approximate: loss and norm (SPEC 5, 6).
+  const ReductionShape shape = reduction_shape(config);
+  report.add(approximate(update, "loss", "", r.loss, t.loss,
+                         loss_bound(shape, precisions, r.loss, config.model.padded_vocab_size)));
+  const double coeff = r.clip_coeff;
+  double max_pre_clip = 0;
+  for (const double g : ref.gradient) max_pre_clip = std::max(max_pre_clip, std::abs(g) / coeff);
+  const double grad_error = gradient_bound(shape, precisions, max_pre_clip);
+  const double norm_error = norm_bound(shape, precisions, grad_error, r.grad_norm);
+  report.add(approximate(update, "grad_norm", "", r.grad_norm, t.grad_norm, norm_error));
+
+  if (r.update_successful != t.update_successful) return;  // reported above
+  if (r.clipped == t.clipped) add_exact("clipped", r.clipped, t.clipped);
+  if (r.clipped != t.clipped) {
+    // SPEC 6: clipping applies when clip < norm + 1e-6. A twin whose norm is known only within
+    // the norm bound cannot be held to the flag when the threshold lies inside that bound.
+    const double distance = std::abs(config.optimizer.clip_grad - (r.grad_norm + 1e-6));
+    Finding flag = exact(update, "clipped", "", r.clipped, t.clipped);
+    if (distance <= norm_error) {
+      flag.ok = true;
+      flag.where = "undecidable: the threshold lies within the norm bound (" +
+                   std::to_string(distance) + " <= " + std::to_string(norm_error) +
+                   "); this update's state is not compared";
+    }
+    report.add(flag);
+    return;
+  }
+  if (!r.update_successful) {
+    // SPEC 8: a skipped update changes no weight or moment: both states equal the one before.
+    compare_states_bitwise(update, "skipped: ", ref.after, test.after, report);
+    return;
+  }
+  const double u = precisions.under_test.unit_roundoff + precisions.reference.unit_roundoff;
+  // coeff = clip / (norm + 1e-6) with the norm known within norm_error; both coefficients lie in
+  // (0, 1], so the error never exceeds 1 (the first-order form fails once norm_error ~ norm).
+  const double coeff_error =
+      r.clipped ? std::min(1.0, coeff * norm_error / std::max(r.grad_norm + 1e-6 - norm_error, 1e-6) +
+                                    2 * u * coeff)
+                : 0.0;
+  report.add(approximate(update, "clip_coeff", "", r.clip_coeff, t.clip_coeff, coeff_error));
+
+  const std::size_t elements = ref.gradient.size();
+  if (test.gradient.size() != elements || test.after.params.size() != elements) {
+    report.add(exact(update, "elements", "", static_cast<double>(elements),
+                     static_cast<double>(test.gradient.size())));
+    return;
+  }
+  for (const auto& tensor : layout.tensors) {
+    const double tensor_wd = tensor.decay_group == DecayGroup::decay ? r.wd : 0.0;
+    for (std::int64_t e = 0; e < tensor.numel; ++e) {
+      const auto i = static_cast<std::size_t>(tensor.offset + e);
+      const double g = ref.gradient[i];
+      const double g_error =
+          r.clipped ? clipped_gradient_bound(g / coeff, grad_error, r.grad_norm, norm_error, coeff,
+                                             precisions)
+                    : grad_error;
+      const std::string where = tensor.name + "[" + std::to_string(e) + "]";
+      report.add(approximate(update, "gradient", where, g, test.gradient[i], g_error));
+
+      AdamwElementInput in;
+      in.param = ref.before.params[i];
+      in.exp_avg = ref.before.exp_avg[i];
+      in.exp_avg_sq = ref.before.exp_avg_sq[i];
+      in.grad = g;
+      in.grad_error = g_error;
+      in.lr = r.lr;
+      in.wd = tensor_wd;
+      in.beta1 = config.optimizer.adam_beta1;
+      in.beta2 = config.optimizer.adam_beta2;
+      in.eps = config.optimizer.adam_eps;
+      in.step = r.step;
+      const AdamwElementBound bound = adamw_element_bound(in, precisions);
+      report.add(approximate(update, "params", where, ref.after.params[i], test.after.params[i],
+                             bound.param));
+      report.add(approximate(update, "exp_avg", where, ref.after.exp_avg[i],
+                             test.after.exp_avg[i], bound.exp_avg));
+      report.add(approximate(update, "exp_avg_sq", where, ref.after.exp_avg_sq[i],
+                             test.after.exp_avg_sq[i], bound.exp_avg_sq));
+    }
+  }
+}
+
+void run_teacher_forced(Twin& reference, Twin& under_test, std::int64_t updates,
+                        const RunConfig& config, const PrecisionPair& precisions, Report& report,
+                        const std::function<void(std::int64_t, const UpdateObservation&,
+                                                 const UpdateObservation&)>& on_update,
+                        bool compare_consumed_samples) {
+  const ModelLayout layout = make_model_layout(config.model);
+  for (std::int64_t update = 1; update <= updates; ++update) {
+    UpdateObservation ref;
+    UpdateObservation test;
+    test.before = under_test.state();
+    reference.load_state(test.before);
+    ref.before = reference.state();
+    ref.record = reference.run_iteration();
+    ref.after = reference.state();
+    ref.gradient = reference.last_gradient();
+    test.record = under_test.run_iteration();
+    test.after = under_test.state();
+    test.gradient = under_test.last_gradient();
+    compare_update(update, config, layout, precisions, ref, test, report);
+    const std::int64_t first = test.before.counters.consumed_samples;
+    const std::int64_t last = compare_consumed_samples ? first + config.batch.global_batch_size : first;
+    for (std::int64_t index = first; index < last; ++index) {
+      compare_samples(update, reference.consumed_sample(index), under_test.consumed_sample(index),
+                      report);
+    }
+    if (on_update) on_update(update, ref, test);
+  }
+}
+
+}  // namespace tandem::equivalence

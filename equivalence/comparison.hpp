@@ -1,0 +1,85 @@
+// One update of a twin under test held against the reference from the same state (teacher
+// forcing), quantity by quantity, each with its comparison class (tolerance.hpp):
+//   exact        iteration, consumed samples, successful/skipped/consecutive skips, token
+//                counters, scheduler samples, step, lr, wd, clipped, update_successful, and the
+//                samples the twin consumed (tokens, labels, loss mask, positions, attention spans);
+//   approximate  loss, grad_norm, clip_coeff, the main gradient, weights, m and v, within the
+//                bounds of tolerance.hpp. NaN/Inf and sign classes are compared first.
+// The report prints, per update and quantity, both values, the error, the bound and the error as
+// a share of the bound (STYLE: the exit status is the verdict, the report the diagnosis).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/model_layout.hpp"
+#include "equivalence/tolerance.hpp"
+#include "equivalence/twin.hpp"
+
+namespace tandem::equivalence {
+
+struct Finding {
+  std::int64_t update = 0;    // 1-based update of the comparison
+  std::string quantity;       // "loss", "params", "counters.scheduler_samples", ...
+  std::string where;          // tensor[element] or sample index; empty for scalars
+  Comparison comparison = Comparison::exact;
+  double reference = 0;
+  double under_test = 0;
+  double error = 0;           // |reference - under_test| (inf on a class mismatch)
+  double bound = 0;           // 0 for exact comparisons
+  bool ok = true;
+};
+
+// Findings of a comparison: every failing one (up to a cap) and the worst of each quantity.
+class Report {
+ public:
+  void add(const Finding& finding);  // keeps failures and the worst per (update, quantity)
+  bool ok() const { return failures_ == 0; }
+  std::int64_t failures() const { return failures_; }
+  const std::vector<Finding>& findings() const { return findings_; }
+  // One line per finding: update, quantity, where, reference, under test, error, bound, % of bound.
+  std::string text(std::size_t max_lines = 40) const;
+  void note(const std::string& line) { notes_.push_back(line); }
+
+ private:
+  std::vector<Finding> findings_;
+  std::map<std::pair<std::int64_t, std::string>, std::size_t> worst_;  // -> index in findings_
+  std::vector<std::string> notes_;
+  std::int64_t failures_ = 0;
+};
+
+// What one update of one twin produced.
+struct UpdateObservation {
+  IterationRecord record;
+  TwinState before;
+  TwinState after;
+  std::vector<double> gradient;  // the main gradient the optimizer used (post-clip)
+};
+
+// Compares one update of the twin under test with the reference's update from the same state.
+void compare_update(std::int64_t update, const RunConfig& config, const ModelLayout& layout,
+                    const PrecisionPair& precisions, const UpdateObservation& reference,
+                    const UpdateObservation& under_test, Report& report);
+
+// Exact comparison of the samples the twin consumes with the shipped ones.
+void compare_samples(std::int64_t update, const Sample& reference, const Sample& under_test,
+                     Report& report);
+
+// Exact comparison of two states (deterministic class: resume, skipped updates).
+void compare_states_bitwise(std::int64_t update, const std::string& what, const TwinState& reference,
+                            const TwinState& under_test, Report& report);
+
+// Runs `updates` updates of `under_test`, each held against `reference` loaded with the twin's
+// own state first. Both must have been built on the same samples and injection.
+void run_teacher_forced(Twin& reference, Twin& under_test, std::int64_t updates,
+                        const RunConfig& config, const PrecisionPair& precisions, Report& report,
+                        const std::function<void(std::int64_t, const UpdateObservation&,
+                                                 const UpdateObservation&)>& on_update = {},
+                        bool compare_consumed_samples = true);
+
+}  // namespace tandem::equivalence

@@ -1,0 +1,98 @@
+// RapidCheck generators of the harness's cases, by domain rather than by filtering: every value
+// drawn is a valid case (STYLE). Small on purpose (a tiny model's double update takes ~5 ms) so
+// hundreds of cases run in seconds; each case prints as one line naming its parameters.
+//
+//   model      layers 1-2, heads 1-4 with head dim 2 or 4, groups dividing heads, ffn, padded
+//              vocab 258 or 384, biases, tied or untied;
+//   documents  lengths 0 (empty) and 1 (a lone EOD) up to longer than two windows, lengths that
+//              put EODs on window edges, runs of lone EODs (windows without loss tokens), concat
+//              or unit packing (padding), sequential or shuffled order, each SPEC 3 flag on/off;
+//   batches    mbs, microbatches and DP size of the twin under test and of the reference;
+//   optimizer  betas, eps, weight decay, clipping off / inactive / active / just above and just
+//              below its threshold;
+//   schedule   style, warmup, decay, and the position of the first update: the very first, the
+//              end of warmup, the end of decay, beyond the decay;
+//   precision  fp32 or bf16 compute (what production runs; the reference ignores it);
+//   injection  a non-finite (or huge, or ordinary) value written into one gradient element.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "core/config.hpp"
+#include "reference/trainer.hpp"
+
+namespace tandem::equivalence {
+
+struct DocumentLayout {
+  std::vector<std::int64_t> lengths;  // tokens per document, EOD included; 0 = empty document
+  std::int32_t alphabet = 16;         // token ids in [0, alphabet) before the EOD
+  std::uint64_t token_seed = 1;       // the tokens' counter-based stream
+};
+
+struct BatchLayout {
+  std::int64_t micro_batch_size = 1;
+  std::int64_t microbatches = 1;  // per replica
+  std::int64_t data_parallel = 1;
+  std::int64_t global_batch_size() const { return micro_batch_size * microbatches * data_parallel; }
+};
+
+enum class ClipMode { off, inactive, active, just_above_threshold, just_below_threshold };
+enum class SchedulePosition { first_update, end_of_warmup, end_of_decay, beyond_decay };
+std::string to_string(ClipMode mode);
+std::string to_string(SchedulePosition position);
+
+struct Injection {
+  std::int64_t iteration = 0;  // 1-based iteration of the case; 0 = none
+  std::int64_t element = 0;    // flat element (taken modulo P)
+  double value = 0;            // from our IEEE generator
+};
+
+// One case: a run (model, optimizer, schedule, data rules), its documents, the two layouts, the
+// clip mode and schedule position (resolved against the run when it starts), an injection and
+// the number of updates.
+struct UpdateCase {
+  RunConfig config;           // batch/parallel sections: the reference's layout
+  DocumentLayout documents;
+  BatchLayout reference_layout;
+  BatchLayout test_layout;    // same global batch size
+  ClipMode clip = ClipMode::off;
+  SchedulePosition position = SchedulePosition::first_update;
+  Injection injection;
+  std::int64_t updates = 1;
+};
+
+// A one-line name built from the parameters, e.g.
+// "L2 d8 H2 G1 F8 V258 bias tied | seq 8 docs[3,1,17] units seq-order | ref 1x8x1 test 2x2x2 |
+//  b1 0.9 b2 0.95 eps 1e-08 wd 0.1 clip active | cosine W16 D48 @end_of_warmup | bf16 | nan@2 | k 2"
+std::string case_name(const UpdateCase& c);
+void showValue(const UpdateCase& c, std::ostream& os);
+
+// What each property needs varied.
+struct CaseLimits {
+  std::int64_t max_updates = 3;
+  bool injections = false;       // draw an injection (always, at some iteration)
+  bool require_injection = false;
+};
+rc::Gen<UpdateCase> update_case(const CaseLimits& limits = {});
+
+// Every (mbs, microbatches, DP) whose product is `gbs`, the direct global batch (gbs, 1, 1) first.
+std::vector<BatchLayout> all_layouts(std::int64_t gbs);
+
+// The run config of `c` laid out as `layout` (batch and parallel sections).
+RunConfig with_layout(RunConfig config, const BatchLayout& layout);
+
+// Scheduler samples at the case's starting position (a multiple of GBS).
+std::int64_t starting_samples(const UpdateCase& c);
+
+// The shipped samples of the case's documents: an indexed dataset written once to a temporary
+// directory (/dev/shm when present), read by data::SampleSource with the run's data section
+// (SPEC 2, 3). The provider owns the dataset; its files are removed once mapped.
+reference::SampleProvider shipped_samples(const RunConfig& config, const DocumentLayout& documents);
+
+}  // namespace tandem::equivalence

@@ -1,0 +1,668 @@
+// The harness's properties and their registry (properties.hpp).
+#include "equivalence/properties.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <ostream>
+#include <stdexcept>
+#include <unistd.h>
+
+#include <rapidcheck/detail/Configuration.h>
+#include <rapidcheck/detail/TestListener.h>
+
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/data/packing.hpp"
+#include "core/model_layout.hpp"
+#include "equivalence/comparison.hpp"
+#include "equivalence/float_generator.hpp"
+#include "equivalence/generators.hpp"
+#include "equivalence/verdict.hpp"
+
+namespace tandem::equivalence {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The soak's case count (ctest -L soak).
+constexpr int kSoakCases = 10000;
+
+// Asserts the report's verdict, agreed over ranks, with the report as the diagnosis.
+void assert_report(const Report& report) {
+  const bool holds = agree_on_verdict(report.ok());
+  if (!holds) RC_LOG() << report.text();
+  RC_ASSERT(holds);
+}
+
+// The case as `kind` can run it, mapped into its domain rather than filtered: a one-rank twin
+// runs the replicas' samples as more microbatches (the same global batch), and a twin that can
+// only inject NaN at element 0 gets exactly that.
+void adapt_to(const TwinKind& kind, UpdateCase& c) {
+  if (kind.max_data_parallel > 0 && c.test_layout.data_parallel > kind.max_data_parallel) {
+    c.test_layout = {c.test_layout.micro_batch_size,
+                     c.test_layout.microbatches * c.test_layout.data_parallel, 1};
+    if (c.config.data.loss_normalization == LossNormalization::microbatch_mean) {
+      c.reference_layout = c.test_layout;  // SPEC 5: microbatch-mean is not split-invariant
+      c.config = with_layout(c.config, c.reference_layout);
+    }
+  }
+  if (!kind.injects_any_value && c.injection.iteration > 0) {
+    c.injection.value = std::numeric_limits<double>::quiet_NaN();
+    c.injection.element = 0;
+  }
+}
+
+// `injection.iteration` counts from the case's first update; the trainer counts iterations from
+// the start of the run, which the schedule position moves (move_to_position).
+TwinSetup setup_for(const RunConfig& config, const reference::SampleProvider& samples,
+                    const Injection& injection, std::int64_t start_samples) {
+  TwinSetup setup;
+  setup.config = config;
+  setup.samples = samples;
+  if (injection.iteration > 0) {
+    setup.nonfinite_gradient_iterations = {start_samples / config.batch.global_batch_size +
+                                           injection.iteration};
+    setup.nonfinite_gradient_value = injection.value;
+    setup.nonfinite_gradient_element =
+        injection.element % make_model_layout(config.model).total_elements;
+  }
+  return setup;
+}
+
+// The counters of a run that has made `samples / GBS` successful updates: the case's schedule
+// position (SPEC 8), with the twin's own initial weights and zero moments.
+void move_to_position(Twin& twin, std::int64_t samples, std::int64_t gbs) {
+  TwinState state = twin.state();
+  state.counters.iteration = samples / gbs;
+  state.counters.successful_updates = samples / gbs;
+  state.counters.consumed_samples = samples;
+  state.counters.scheduler_samples = samples;
+  twin.load_state(state);
+}
+
+// SPEC 6 threshold: clipping applies when clip < norm + 1e-6. A case "just above" or "just below"
+// the threshold sits 4 norm bounds away from it, so the decision is the same in every arithmetic
+// the bound covers (closer than the bound, the flag is undecidable and no twin can be held to it).
+double clip_for(const UpdateCase& c, const RunConfig& config,
+                const reference::SampleProvider& samples, const PrecisionPair& precisions) {
+  if (c.clip == ClipMode::off) return 0.0;
+  RunConfig probe_config = config;
+  probe_config.optimizer.clip_grad = 0.0;
+  auto probe = reference_twin().make(setup_for(probe_config, samples, {}, 0));
+  move_to_position(*probe, starting_samples(c), config.batch.global_batch_size);
+  const IterationRecord record = probe->run_iteration();
+  const double norm = record.grad_norm;
+  if (!(norm > 0) || !std::isfinite(norm)) return 1.0;  // nothing to place the threshold against
+  double max_abs = 0;
+  for (const double g : probe->last_gradient()) max_abs = std::max(max_abs, std::abs(g));
+  const ReductionShape shape = reduction_shape(config);
+  const double relative =
+      norm_bound(shape, precisions, gradient_bound(shape, precisions, max_abs), norm) / norm;
+  const double margin = std::min(0.25, 4 * relative);
+  switch (c.clip) {
+    case ClipMode::off: return 0.0;
+    case ClipMode::inactive: return 4 * (norm + 1e-6);
+    case ClipMode::active: return (norm + 1e-6) / 4;
+    case ClipMode::just_above_threshold: return (norm + 1e-6) * (1 + margin);
+    case ClipMode::just_below_threshold: return (norm + 1e-6) * (1 - margin);
+  }
+  return 0.0;
+}
+
+// ---- the update property ----
+
+void updates_match(const TwinKind& kind, bool compare_consumed_samples) {
+  CaseLimits limits;
+  limits.max_updates = 3;
+  limits.injections = true;
+  UpdateCase c = *update_case(limits);
+  adapt_to(kind, c);
+  const PrecisionPair precisions{precision_of(kind, c.config), fp64()};
+  RunConfig reference_config = with_layout(c.config, c.reference_layout);
+  const auto samples = shipped_samples(reference_config, c.documents);
+  reference_config.optimizer.clip_grad = clip_for(c, reference_config, samples, precisions);
+  RunConfig test_config = with_layout(reference_config, c.test_layout);
+
+  auto reference = reference_twin().make(setup_for(reference_config, samples, c.injection, starting_samples(c)));
+  auto under_test = kind.make(setup_for(test_config, samples, c.injection, starting_samples(c)));
+  Report report;
+  // SPEC 4: iteration 0 is bit-identical in every engine (fp32 draws widened exactly).
+  compare_states_bitwise(0, "initial ", reference->state(), under_test->state(), report);
+  move_to_position(*under_test, starting_samples(c), reference_config.batch.global_batch_size);
+  run_teacher_forced(*reference, *under_test, c.updates, reference_config, precisions, report, {},
+                     compare_consumed_samples);
+  assert_report(report);
+}
+
+void updates_match_the_reference(const TwinKind& kind) { updates_match(kind, true); }
+
+// The data-side mutants are caught by the sample comparison at once; this variant shows that the
+// training outputs alone catch them too (what a twin that rebuilds positions and spans on the
+// device, where the harness cannot read them, relies on).
+void training_outputs_match_the_reference(const TwinKind& kind) { updates_match(kind, false); }
+
+// ---- split invariance ----
+
+void accumulated_microbatches_equal_the_direct_global_batch(const TwinKind& kind) {
+  UpdateCase c = *update_case(CaseLimits{1, false, false});
+  adapt_to(kind, c);
+  // The property is SPEC 5's per-token claim; clipping is held elsewhere (pre-clip gradients).
+  c.config.data.loss_normalization = LossNormalization::per_token;
+  c.config.optimizer.clip_grad = 0.0;
+  const std::int64_t gbs = c.test_layout.global_batch_size();
+  const std::vector<BatchLayout> layouts = all_layouts(gbs);
+  const RunConfig direct_config = with_layout(c.config, layouts.front());
+  const auto samples = shipped_samples(direct_config, c.documents);
+  const PrecisionPair precisions{precision_of(kind, c.config), precision_of(kind, c.config)};
+  const ReductionShape shape = reduction_shape(direct_config);
+
+  auto direct = kind.make(setup_for(direct_config, samples, {}, 0));
+  move_to_position(*direct, starting_samples(c), gbs);
+  const IterationRecord direct_record = direct->run_iteration();
+  const std::vector<double> direct_gradient = direct->last_gradient();
+  double max_abs = 0;
+  for (const double g : direct_gradient) max_abs = std::max(max_abs, std::abs(g));
+  const double grad_error = gradient_bound(shape, precisions, max_abs);
+  const double norm_error = norm_bound(shape, precisions, grad_error, direct_record.grad_norm);
+  const double loss_error =
+      loss_bound(shape, precisions, direct_record.loss, direct_config.model.padded_vocab_size);
+
+  Report report;
+  std::int64_t index = 0;
+  for (const BatchLayout& layout : layouts) {
+    ++index;
+    if (index == 1) continue;  // the direct batch itself
+    if (kind.max_data_parallel > 0 && layout.data_parallel > kind.max_data_parallel) continue;
+    auto split = kind.make(setup_for(with_layout(c.config, layout), samples, {}, 0));
+    move_to_position(*split, starting_samples(c), gbs);
+    const IterationRecord record = split->run_iteration();
+    const std::vector<double> gradient = split->last_gradient();
+    const std::string name = "split mbs " + std::to_string(layout.micro_batch_size) + " x " +
+                             std::to_string(layout.microbatches) + " microbatches x DP " +
+                             std::to_string(layout.data_parallel);
+    report.note("compared: " + name);
+    Finding f;
+    auto add = [&](const std::string& quantity, const std::string& where, double a, double b,
+                   double bound) {
+      f.update = index;
+      f.quantity = quantity;
+      f.where = where;
+      f.reference = a;
+      f.under_test = b;
+      f.comparison = bound > 0 ? Comparison::approximate : Comparison::exact;
+      f.bound = bound;
+      if (!std::isfinite(a) || !std::isfinite(b)) {
+        f.ok = classify(a) == classify(b);
+        f.error = f.ok ? 0 : INFINITY;
+      } else {
+        f.error = std::abs(a - b);
+        f.ok = bound > 0 ? f.error <= bound : same_ieee_value(a, b);
+      }
+      report.add(f);
+    };
+    add(name + ": lr", "", direct_record.lr, record.lr, 0);
+    add(name + ": loss_tokens", "", static_cast<double>(direct_record.loss_tokens),
+        static_cast<double>(record.loss_tokens), 0);
+    add(name + ": loss", "", direct_record.loss, record.loss, loss_error);
+    add(name + ": grad_norm", "", direct_record.grad_norm, record.grad_norm, norm_error);
+    for (std::size_t i = 0; i < gradient.size(); ++i) {
+      add(name + ": gradient", "[" + std::to_string(i) + "]", direct_gradient[i], gradient[i],
+          grad_error);
+    }
+  }
+  assert_report(report);
+}
+
+// ---- skipped updates ----
+
+void a_skipped_update_changes_only_the_counters_it_names(const TwinKind& kind) {
+  UpdateCase c = *update_case(CaseLimits{1, false, false});
+  FloatClassWeights weights;
+  weights.nan = 8;
+  weights.infinity = 8;
+  c.injection.iteration = 2;  // after one real update, so the moments are not zero
+  c.injection.value = *ieee_value<double>(weights);
+  c.injection.element = *rc::gen::inRange<std::int64_t>(0, 1 << 20);
+  adapt_to(kind, c);
+  RunConfig config = with_layout(c.config, c.test_layout);
+  config.optimizer.clip_grad = c.clip == ClipMode::off ? 0.0 : 1.0;
+  const auto samples = shipped_samples(config, c.documents);
+  auto twin = kind.make(setup_for(config, samples, c.injection, starting_samples(c)));
+  move_to_position(*twin, starting_samples(c), config.batch.global_batch_size);
+  twin->run_iteration();
+  const TwinState before = twin->state();
+  const IterationRecord record = twin->run_iteration();
+  const TwinState after = twin->state();
+
+  // SPEC 6, 8: the norm sums g*g; the injected square is the only term that can overflow (the
+  // others are O(1) and below half an ulp of anything near DBL_MAX), so the update is skipped
+  // exactly when value*value is not finite: NaN, +-inf, and |value| >= ~2^512.
+  const bool expect_skip = !std::isfinite(c.injection.value * c.injection.value);
+  Report report;
+  auto add = [&](const std::string& quantity, double a, double b) {
+    Finding f;
+    f.update = 2;
+    f.quantity = quantity;
+    f.reference = a;
+    f.under_test = b;
+    f.ok = same_ieee_value(a, b);
+    f.error = f.ok ? 0 : INFINITY;
+    report.add(f);
+  };
+  add("update_successful (expected, observed)", !expect_skip, record.update_successful);
+  if (expect_skip) {
+    TwinState expected = before;
+    const std::int64_t gbs = config.batch.global_batch_size;
+    expected.counters.iteration += 1;
+    expected.counters.consumed_samples += gbs;
+    expected.counters.skipped_updates += 1;
+    expected.counters.consecutive_skips += 1;
+    expected.counters.input_tokens += record.input_tokens;
+    expected.counters.loss_tokens += record.loss_tokens;
+    expected.counters.pad_tokens += record.pad_tokens;
+    compare_states_bitwise(2, "expected vs after the skip: ", expected, after, report);
+    // Its record shows the lr the scheduler holds: the one the next successful update uses.
+    auto next = kind.make(setup_for(config, samples, {}, 0));
+    next->load_state(after);
+    const IterationRecord following = next->run_iteration();
+    add("lr of the skipped record vs the next update's", record.lr, following.lr);
+    add("step of the next update", static_cast<double>(before.counters.successful_updates + 1),
+        static_cast<double>(following.step));
+  }
+  assert_report(report);
+}
+
+// ---- resume ----
+
+std::string fresh_directory() {
+  static std::atomic<std::int64_t> counter{0};
+  const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+  return (base / ("tandem-equivalence-resume-" + std::to_string(::getpid()) + "-" +
+                  std::to_string(counter++)))
+      .string();
+}
+
+void save_stop_resume_equals_running_straight(const TwinKind& kind) {
+  CaseLimits limits;
+  limits.max_updates = 4;
+  limits.injections = true;
+  UpdateCase c = *update_case(limits);
+  adapt_to(kind, c);
+  const std::int64_t total = std::max<std::int64_t>(2, c.updates);
+  const std::int64_t stop = *rc::gen::inRange<std::int64_t>(1, total);
+  RunConfig config = with_layout(c.config, c.test_layout);
+  config.optimizer.clip_grad = c.clip == ClipMode::off ? 0.0 : (c.clip == ClipMode::active ? 1e-3 : 1.0);
+  const auto samples = shipped_samples(config, c.documents);
+  const std::int64_t gbs = config.batch.global_batch_size;
+
+  auto straight = kind.make(setup_for(config, samples, c.injection, starting_samples(c)));
+  move_to_position(*straight, starting_samples(c), gbs);
+  std::vector<IterationRecord> straight_records;
+  for (std::int64_t i = 0; i < total; ++i) straight_records.push_back(straight->run_iteration());
+
+  auto first = kind.make(setup_for(config, samples, c.injection, starting_samples(c)));
+  move_to_position(*first, starting_samples(c), gbs);
+  for (std::int64_t i = 0; i < stop; ++i) first->run_iteration();
+  const std::string directory = fresh_directory();
+  checkpoint::CheckpointState loaded;
+  try {
+    checkpoint::save_checkpoint(directory, *first->checkpoint());
+    loaded = checkpoint::load_checkpoint(directory);
+  } catch (...) {
+    fs::remove_all(directory);
+    throw;
+  }
+  fs::remove_all(directory);
+  first.reset();  // stop
+
+  auto resumed = kind.make(setup_for(config, samples, c.injection, starting_samples(c)));
+  resumed->restore(loaded);
+  Report report;
+  for (std::int64_t i = stop; i < total; ++i) {
+    const IterationRecord record = resumed->run_iteration();
+    const IterationRecord& expected = straight_records[static_cast<std::size_t>(i)];
+    for (const auto& [name, a, b] : {std::tuple{"loss", expected.loss, record.loss},
+                                     std::tuple{"grad_norm", expected.grad_norm, record.grad_norm},
+                                     std::tuple{"lr", expected.lr, record.lr},
+                                     std::tuple{"clip_coeff", expected.clip_coeff, record.clip_coeff}}) {
+      Finding f;
+      f.update = i + 1;
+      f.quantity = name;
+      f.comparison = Comparison::deterministic;
+      f.reference = a;
+      f.under_test = b;
+      f.ok = same_ieee_value(a, b);
+      f.error = f.ok ? 0 : INFINITY;
+      report.add(f);
+    }
+  }
+  compare_states_bitwise(total, "straight vs resumed: ", straight->state(), resumed->state(), report);
+  assert_report(report);
+}
+
+// ---- normalization ----
+
+// The weights of the two normalizations differ exactly when the counts differ: microbatch j
+// gets 1/(c_j x microbatches x DP) instead of 1/T. Whether the gradients then differ also needs
+// the microbatches' gradients not to be proportional to their counts, which they are when loss
+// positions repeat the same (context, label): a short stream that repeats inside the global
+// batch, or "a EOD" documents whose every loss position sees one token. The domain therefore
+// holds documents with content (at least 2 tokens before each EOD, over all 256 byte values)
+// and enough of them that the global batch reads each token of the stream at most once; a
+// window of lone EODs (no loss tokens) may follow as a whole-window run.
+void microbatch_mean_differs_exactly_when_loss_token_counts_differ(const TwinKind& kind) {
+  UpdateCase c = *update_case(CaseLimits{1, false, false});
+  adapt_to(kind, c);
+  const std::int64_t seq = c.config.model.seq_length;
+  const std::int64_t tokens_read =
+      (starting_samples(c) + c.test_layout.global_batch_size()) * seq + 1;
+  std::vector<std::int64_t> lengths;
+  std::int64_t tokens = 0;
+  for (const std::int64_t length : c.documents.lengths) {
+    if (length == 0 || length >= 3) lengths.push_back(length);
+    if (length >= 3) tokens += length;
+  }
+  while (tokens < tokens_read) {
+    lengths.push_back(seq + 3);
+    tokens += seq + 3;
+  }
+  if (*rc::gen::weightedElement<bool>({{3, false}, {1, true}})) {
+    lengths.insert(lengths.end(), static_cast<std::size_t>(seq + 1), 1);  // a window of EODs
+  }
+  c.documents.lengths = lengths;
+  c.documents.alphabet = 256;
+  RunConfig per_token = with_layout(c.config, c.test_layout);
+  per_token.optimizer.clip_grad = 0.0;
+  // About normalization, not precision: in bf16 the worst-case bound (one bf16 rounding per store
+  // along the path) exceeds the normalizations' difference, so the twin runs its fp32 mode.
+  per_token.optimizer.bf16 = false;
+  per_token.data.loss_normalization = LossNormalization::per_token;
+  RunConfig microbatch_mean = per_token;
+  microbatch_mean.data.loss_normalization = LossNormalization::microbatch_mean;
+  const auto samples = shipped_samples(per_token, c.documents);
+  const std::int64_t gbs = per_token.batch.global_batch_size;
+  const std::int64_t start = starting_samples(c);
+
+  // Loss tokens of every microbatch of every replica (SPEC 2's sample order).
+  std::vector<std::int64_t> counts;
+  for (std::int64_t m = 0; m < per_token.microbatches_per_replica(); ++m) {
+    for (std::int64_t r = 0; r < per_token.parallel.data_parallel; ++r) {
+      std::int64_t tokens = 0;
+      for (const std::int64_t index : data::microbatch_sample_indices(
+               {start, m, r, per_token.batch.micro_batch_size, per_token.parallel.data_parallel})) {
+        tokens += samples(index).loss_tokens;
+      }
+      counts.push_back(tokens);
+    }
+  }
+  const bool counts_equal = std::adjacent_find(counts.begin(), counts.end(),
+                                               std::not_equal_to<>()) == counts.end();
+
+  auto a = kind.make(setup_for(per_token, samples, {}, 0));
+  auto b = kind.make(setup_for(microbatch_mean, samples, {}, 0));
+  move_to_position(*a, start, gbs);
+  move_to_position(*b, start, gbs);
+  a->run_iteration();
+  b->run_iteration();
+  const std::vector<double> ga = a->last_gradient();
+  const std::vector<double> gb = b->last_gradient();
+  double max_abs = 0;
+  double max_difference = 0;
+  bool bitwise = true;
+  for (std::size_t i = 0; i < ga.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(ga[i]));
+    max_difference = std::max(max_difference, std::abs(ga[i] - gb[i]));
+    bitwise = bitwise && same_ieee_value(ga[i], gb[i]);
+  }
+  // Equal counts: 1/(c x microbatches x DP) = 1/(loss tokens) is the same double (products of
+  // small integers are exact), so the gradients are bitwise equal: comparison exact. Different
+  // counts: they must differ by more than the rounding bound of one gradient (approximate).
+  const Precision precision = precision_of(kind, per_token);
+  const double bound = gradient_bound(reduction_shape(per_token), {precision, precision}, max_abs);
+  Report report;
+  std::string count_text;
+  for (const auto n : counts) count_text += (count_text.empty() ? "" : ",") + std::to_string(n);
+  report.note("loss tokens per microbatch: [" + count_text + "] (mbs " +
+              std::to_string(per_token.batch.micro_batch_size) + ", " +
+              std::to_string(per_token.microbatches_per_replica()) + " microbatches, DP " +
+              std::to_string(per_token.parallel.data_parallel) + ", first sample " +
+              std::to_string(start) + ")");
+  Finding f;
+  f.update = 1;
+  f.quantity = counts_equal ? "equal counts: gradients bitwise equal"
+                            : "different counts: max gradient difference beyond the bound";
+  f.comparison = counts_equal ? Comparison::exact : Comparison::approximate;
+  f.under_test = max_difference;
+  f.error = max_difference;
+  f.bound = bound;
+  if (counts_equal) {
+    f.ok = bitwise;
+  } else {
+    // Decisive only where the true difference (the double reference's, whose rounding is ~1e-16
+    // relative) exceeds twice the twin's bound; below that a worst-case bound cannot tell the
+    // normalizations apart, and the twin is held to "not bitwise equal" only.
+    auto truth_a = reference_twin().make(setup_for(per_token, samples, {}, 0));
+    auto truth_b = reference_twin().make(setup_for(microbatch_mean, samples, {}, 0));
+    move_to_position(*truth_a, start, gbs);
+    move_to_position(*truth_b, start, gbs);
+    truth_a->run_iteration();
+    truth_b->run_iteration();
+    const std::vector<double> ta = truth_a->last_gradient();
+    const std::vector<double> tb = truth_b->last_gradient();
+    double true_difference = 0;
+    for (std::size_t i = 0; i < ta.size(); ++i) {
+      true_difference = std::max(true_difference, std::abs(ta[i] - tb[i]));
+    }
+    f.reference = true_difference;
+    f.ok = true_difference > 2 * bound ? max_difference > bound : !bitwise;
+    if (!(true_difference > 2 * bound)) f.quantity += " (undecidable by the bound: not bitwise equal)";
+  }
+  report.add(f);
+  assert_report(report);
+}
+
+// ---- AdamW on IEEE inputs ----
+
+void adamw_element_matches_spec7_on_every_ieee_input(const TwinKind& kind) {
+  const bool same_arithmetic = kind.precision.unit_roundoff == fp64().unit_roundoff;
+  // The twin's own domain: fp64 values for a double twin; fp32 values (widened exactly) for an
+  // fp32 one, without the random-exponent normals whose squares overflow fp32 but not double
+  // (the reference would then be held to a result fp32 cannot represent).
+  FloatClassWeights weights;
+  if (!same_arithmetic) weights.normal = 0;
+  const auto value = same_arithmetic
+                         ? ieee_value<double>(weights)
+                         : rc::gen::cast<double>(ieee_value<float>(weights));
+  AdamwElementCall call;
+  call.before.param = *value;
+  call.before.exp_avg = *value;
+  call.before.exp_avg_sq = std::abs(*value);  // v >= 0 (or NaN/inf) by its domain
+  call.grad = *value;
+  call.lr = *rc::gen::element(1.0, 1e-3, 0.5, 0.0);
+  call.wd = *rc::gen::element(0.0, 0.1, 0.5);
+  call.optimizer.adam_beta1 = *rc::gen::element(0.9, 0.0, 0.5);
+  call.optimizer.adam_beta2 = *rc::gen::element(0.95, 0.0, 0.999);
+  call.optimizer.adam_eps = *rc::gen::element(1e-8, 1e-3, 0.5);
+  call.step = *rc::gen::inRange<std::int64_t>(1, 50);
+  const AdamwElement expected = reference_twin().adamw_element(call);
+  const AdamwElement observed = kind.adamw_element(call);
+  Report report;
+  AdamwElementInput in;
+  in.param = call.before.param;
+  in.exp_avg = call.before.exp_avg;
+  in.exp_avg_sq = call.before.exp_avg_sq;
+  in.grad = call.grad;
+  in.lr = call.lr;
+  in.wd = call.wd;
+  in.beta1 = call.optimizer.adam_beta1;
+  in.beta2 = call.optimizer.adam_beta2;
+  in.eps = call.optimizer.adam_eps;
+  in.step = call.step;
+  const AdamwElementBound bound = adamw_element_bound(in, {kind.precision, fp64()});
+  for (const auto& [name, a, b, tolerance] :
+       {std::tuple{"param", expected.param, observed.param, bound.param},
+        std::tuple{"exp_avg", expected.exp_avg, observed.exp_avg, bound.exp_avg},
+        std::tuple{"exp_avg_sq", expected.exp_avg_sq, observed.exp_avg_sq, bound.exp_avg_sq}}) {
+    Finding f;
+    f.update = 1;
+    f.quantity = name;
+    f.reference = a;
+    f.under_test = b;
+    // Same arithmetic, same formula: exact (class, sign of zero, value). Otherwise classes
+    // first, then the element bound.
+    f.comparison = same_arithmetic ? Comparison::exact : Comparison::approximate;
+    if (same_arithmetic) {
+      f.ok = same_ieee_value(a, b);
+    } else if (!std::isfinite(a) || !std::isfinite(b)) {
+      f.ok = classify(a) == classify(b);
+    } else {
+      f.bound = tolerance;
+      f.ok = same_ieee_value(a, b) || std::abs(a - b) <= tolerance;  // equal needs no bound
+    }
+    f.error = std::isfinite(a) && std::isfinite(b) ? std::abs(a - b) : (f.ok ? 0 : INFINITY);
+    report.add(f);
+  }
+  assert_report(report);
+}
+
+std::vector<PropertyEntry> make_properties() {
+  const auto always = [](const TwinKind&) { return true; };
+  std::vector<PropertyEntry> entries;
+  entries.push_back(
+      {"UpdatesMatchTheReference",
+       "the twin under test equals the reference update by update, from the same state",
+       Comparison::approximate,
+       "counters, lr, wd, step, flags and consumed samples exact; loss, norm, clip coefficient, "
+       "gradient, weights, m, v within tolerance.hpp's gradient/norm/loss/AdamW-element bounds "
+       "(gamma_n of both arithmetics, n = GBS x seq x max(d, F, V))",
+       200, always, updates_match_the_reference,
+       {Mutant::decay_norm_weights, Mutant::l2_instead_of_decoupled, Mutant::clip_per_rank,
+        Mutant::eps_inside_sqrt, Mutant::bias_correction_off_by_one,
+        Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
+        Mutant::positions_not_reset}});
+  entries.push_back(
+      {"TrainingOutputsMatchTheReference",
+       "the twin under test's training outputs alone (no sample inspection) equal the reference's",
+       Comparison::approximate, "as UpdatesMatchTheReference", 40, always,
+       training_outputs_match_the_reference,
+       {Mutant::cross_document_attention, Mutant::positions_not_reset}, /*control_only=*/true});
+  entries.push_back(
+      {"AccumulatedMicrobatchesEqualTheDirectGlobalBatch",
+       "accumulated microbatches equal the direct global batch, for every split and DP size",
+       Comparison::approximate,
+       "lr and loss tokens exact; gradient within (gamma_n(u) + gamma_n(u)) max|g| GBS, norm and "
+       "loss within their bounds (tolerance.hpp)",
+       100, always, accumulated_microbatches_equal_the_direct_global_batch,
+       {Mutant::microbatch_mean_under_per_token}});
+  entries.push_back(
+      {"ASkippedUpdateChangesOnlyIterationConsumedSamplesAndTheSkipCounter",
+       "a skipped update changes nothing but iteration, consumed samples, the skip counters and "
+       "the token totals of the batch it read",
+       Comparison::exact, "none: weights, moments, step and scheduler bitwise unchanged", 200,
+       always, a_skipped_update_changes_only_the_counters_it_names,
+       {Mutant::scheduler_advances_on_skip}});
+  entries.push_back(
+      {"SaveStopResumeEqualsRunningStraight",
+       "save, stop, resume equals running straight, bitwise", Comparison::deterministic,
+       "none: weights, moments, counters and every later record bitwise equal", 150,
+       [](const TwinKind& kind) { return kind.checkpoints; },
+       save_stop_resume_equals_running_straight, {}});
+  entries.push_back(
+      {"MicrobatchMeanDiffersFromPerTokenExactlyWhenLossTokenCountsDiffer",
+       "per-microbatch-mean normalization differs from per-token exactly when loss-token counts "
+       "differ (documents with content: see the property's comment)",
+       Comparison::exact,
+       "equal counts: bitwise equal gradients; different counts: a difference beyond the "
+       "gradient bound",
+       200, always, microbatch_mean_differs_exactly_when_loss_token_counts_differ,
+       {Mutant::microbatch_mean_under_per_token}});
+  entries.push_back(
+      {"AdamwElementMatchesSpec7OnEveryIeeeInput",
+       "one AdamW element update equals SPEC 7 for every IEEE input, NaN, infinities, "
+       "subnormals and -0 included",
+       Comparison::exact,
+       "same arithmetic: exact (class, sign, value); otherwise classes then the AdamW element "
+       "bound",
+       5000, [](const TwinKind& kind) { return static_cast<bool>(kind.adamw_element); },
+       adamw_element_matches_spec7_on_every_ieee_input,
+       {Mutant::l2_instead_of_decoupled, Mutant::eps_inside_sqrt,
+        Mutant::bias_correction_off_by_one}});
+  return entries;
+}
+
+// A listener that reports nothing (negative controls fail on purpose).
+class QuietListener final : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
+bool rc_params_set(const char* key) {
+  const char* params = std::getenv("RC_PARAMS");
+  return params != nullptr && std::string(params).find(key) != std::string::npos;
+}
+
+}  // namespace
+
+const std::vector<PropertyEntry>& properties() {
+  static const std::vector<PropertyEntry> entries = make_properties();
+  return entries;
+}
+
+const PropertyEntry& property(const std::string& name) {
+  for (const auto& entry : properties()) {
+    if (entry.name == name) return entry;
+  }
+  throw std::out_of_range("no equivalence property named " + name);
+}
+
+int case_count(const PropertyEntry& property, bool soak) {
+  return soak ? kSoakCases : property.default_cases;
+}
+
+CheckOutcome check_property(const PropertyEntry& property, const TwinKind& twin,
+                            const CheckOptions& options, std::ostream& log) {
+  rc::detail::TestParams params = rc::detail::configuration().testParams;
+  if (!rc_params_set("max_success")) params.maxSuccess = options.cases;
+  if (options.seed && !rc_params_set("seed")) params.seed = *options.seed;
+  params.seed = agree_on_seed(params.seed);  // every rank draws the same cases
+  params.disableShrinking = params.disableShrinking || !options.shrink;
+
+  rc::detail::TestMetadata metadata;
+  metadata.id = property.name + "/" + twin.name;
+  metadata.description = property.sentence;
+  log << "property: " << property.sentence << "\n"
+      << "  twin under test: " << twin.description << " [" << twin.name << "]\n"
+      << "  comparison: " << to_string(property.comparison) << "; tolerance: " << property.tolerance
+      << "\n"
+      << "  seed " << params.seed << ", " << params.maxSuccess << " cases; rerun these cases with "
+      << "RC_PARAMS=\"seed=" << params.seed << " max_success=" << params.maxSuccess << "\"\n";
+
+  const auto body = [&property, &twin] { property.body(twin); };
+  QuietListener quiet;
+  const rc::detail::TestResult result =
+      options.quiet_listener
+          ? rc::detail::checkTestable(body, metadata, params, quiet)
+          : rc::detail::checkTestable(body, metadata, params);
+  CheckOutcome outcome;
+  outcome.seed = params.seed;
+  outcome.holds = result.template is<rc::detail::SuccessResult>();
+  outcome.failed = result.template is<rc::detail::FailureResult>();
+  std::ostringstream message;
+  rc::detail::printResultMessage(result, message);
+  outcome.message = message.str();
+  if (outcome.holds) {
+    outcome.cases_run = result.template get<rc::detail::SuccessResult>().numSuccess;
+  } else if (outcome.failed) {
+    outcome.cases_run = result.template get<rc::detail::FailureResult>().numSuccess + 1;
+    outcome.message += "\n(seed " + std::to_string(params.seed) + "; RapidCheck prints the " +
+                       "RC_PARAMS=\"reproduce=...\" string for this failure when the program exits)";
+  }
+  log << outcome.message << "\n";
+  return outcome;
+}
+
+}  // namespace tandem::equivalence

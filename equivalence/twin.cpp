@@ -1,0 +1,371 @@
+// The reference twins and the mutants (twin.hpp).
+#include "equivalence/twin.hpp"
+
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include <boost/multiprecision/cpp_bin_float.hpp>
+
+#include "production/checkpointing.hpp"
+#include "production/kernels/optimizer.hpp"
+#include "production/trainer.hpp"
+#include "reference/adamw.hpp"
+#include "reference/checkpointing.hpp"
+
+namespace tandem::equivalence {
+namespace {
+
+using Float50 = boost::multiprecision::cpp_bin_float_50;
+
+std::string layout_text(const RunConfig& config) {
+  std::ostringstream text;
+  text << "DP " << config.parallel.data_parallel << " x " << config.microbatches_per_replica()
+       << " microbatches x mbs " << config.batch.micro_batch_size;
+  return text.str();
+}
+
+template <class Real>
+std::vector<double> widen(const std::vector<Real>& values) {
+  std::vector<double> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<double>(values[i]);
+  return out;
+}
+
+template <class Real>
+void narrow_into(const std::vector<double>& values, std::vector<Real>& out) {
+  if (values.size() != out.size()) {
+    throw std::invalid_argument("load_state: " + std::to_string(values.size()) +
+                                " elements for a state of " + std::to_string(out.size()));
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = Real(values[i]);
+}
+
+template <class Real>
+class ReferenceTwin final : public Twin {
+ public:
+  ReferenceTwin(const TwinSetup& setup, reference::Mutants mutants,
+                std::optional<Mutant> data_mutant, std::string name)
+      : samples_(make_provider(setup.samples, data_mutant)),
+        trainer_(setup.config, samples_, switches(setup, mutants)),
+        name_(std::move(name)) {}
+
+  std::string description() const override { return name_ + ", " + layout_text(trainer_.config()); }
+  Precision precision() const override {
+    return std::is_same_v<Real, double> ? fp64() : float50();
+  }
+  IterationRecord run_iteration() override { return trainer_.run_iteration(); }
+  TwinState state() const override {
+    const auto& s = trainer_.state();
+    return {widen(s.params), widen(s.exp_avg), widen(s.exp_avg_sq), s.counters};
+  }
+  void load_state(const TwinState& state) override {
+    auto& s = trainer_.state();
+    narrow_into(state.params, s.params);
+    narrow_into(state.exp_avg, s.exp_avg);
+    narrow_into(state.exp_avg_sq, s.exp_avg_sq);
+    s.counters = state.counters;
+  }
+  std::vector<double> last_gradient() const override { return widen(trainer_.last_gradient()); }
+  Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
+  std::optional<checkpoint::CheckpointState> checkpoint() const override {
+    if constexpr (std::is_same_v<Real, double>) {
+      return reference::make_checkpoint_state(trainer_);
+    } else {
+      return std::nullopt;  // a 50-digit state does not fit the format (checkpointing.hpp)
+    }
+  }
+  void restore(const checkpoint::CheckpointState& state) override {
+    if constexpr (std::is_same_v<Real, double>) {
+      reference::restore_checkpoint_state(trainer_, state);
+    } else {
+      (void)state;
+      throw std::logic_error("the 50-digit reference does not checkpoint");
+    }
+  }
+
+ private:
+  static reference::SampleProvider make_provider(reference::SampleProvider samples,
+                                                 std::optional<Mutant> data_mutant) {
+    if (!data_mutant) return samples;
+    return [samples = std::move(samples), mutant = *data_mutant](std::int64_t index) {
+      return mutate_sample(mutant, samples(index));
+    };
+  }
+  static reference::TestSwitches switches(const TwinSetup& setup, reference::Mutants mutants) {
+    reference::TestSwitches out;
+    out.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
+    out.nonfinite_gradient_value = setup.nonfinite_gradient_value;
+    out.nonfinite_gradient_element = setup.nonfinite_gradient_element;
+    out.mutants = mutants;
+    return out;
+  }
+
+  reference::SampleProvider samples_;
+  reference::Trainer<Real> trainer_;
+  std::string name_;
+};
+
+// The production trainer on a backend (production/trainer.hpp). Its main state is fp32, so the
+// state crosses the interface widened exactly; its test switch makes flat element 0 NaN.
+class ProductionTwin final : public Twin {
+ public:
+  ProductionTwin(const TwinSetup& setup, bool cuda)
+      : samples_(setup.samples), trainer_(setup.config, samples_, options(setup, cuda)) {
+    trainer_.keep_last_gradient(true);
+  }
+
+  std::string description() const override {
+    return "production<" + production::to_string(trainer_.backend().device()) + ", " +
+           (trainer_.config().optimizer.bf16 ? "bf16" : "fp32") + ">, " +
+           layout_text(trainer_.config());
+  }
+  Precision precision() const override { return trainer_.config().optimizer.bf16 ? bf16() : fp32(); }
+  IterationRecord run_iteration() override {
+    last_record_ = trainer_.run_iteration();
+    return last_record_;
+  }
+  TwinState state() const override {
+    const production::HostState s = trainer_.host_state();
+    return {widen(s.params), widen(s.exp_avg), widen(s.exp_avg_sq), s.counters};
+  }
+  void load_state(const TwinState& state) override {
+    production::HostState s;
+    s.params.assign(state.params.begin(), state.params.end());  // rounded to fp32
+    s.exp_avg.assign(state.exp_avg.begin(), state.exp_avg.end());
+    s.exp_avg_sq.assign(state.exp_avg_sq.begin(), state.exp_avg_sq.end());
+    for (std::size_t i = 0; i < s.params.size(); ++i) {
+      s.params[i] = static_cast<float>(state.params[i]);
+      s.exp_avg[i] = static_cast<float>(state.exp_avg[i]);
+      s.exp_avg_sq[i] = static_cast<float>(state.exp_avg_sq[i]);
+    }
+    s.counters = state.counters;
+    trainer_.restore(s);
+  }
+  // The trainer keeps the pre-clip gradient; the optimizer used it scaled by the fp32 coefficient
+  // (ScaleParams: values[i] *= float(coeff)), which is repeated here in fp32.
+  std::vector<double> last_gradient() const override {
+    const std::vector<float>& pre_clip = trainer_.last_gradient();
+    std::vector<double> out(pre_clip.size());
+    const float coeff = static_cast<float>(last_record_.clip_coeff);
+    for (std::size_t i = 0; i < pre_clip.size(); ++i) {
+      out[i] = last_record_.clipped ? static_cast<double>(pre_clip[i] * coeff)
+                                    : static_cast<double>(pre_clip[i]);
+    }
+    return out;
+  }
+  // Production consumes the shipped Sample as the provider builds it (no device-side rebuild).
+  Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
+  std::optional<checkpoint::CheckpointState> checkpoint() const override {
+    return production::make_checkpoint_state(trainer_);
+  }
+  void restore(const checkpoint::CheckpointState& state) override {
+    production::restore_checkpoint_state(trainer_, state);
+  }
+
+ private:
+  static production::ProductionOptions options(const TwinSetup& setup, bool cuda) {
+    production::ProductionOptions out;
+    out.device = cuda ? production::Device::cuda : production::Device::cpu;
+    out.switches.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
+    return out;
+  }
+
+  reference::SampleProvider samples_;
+  production::Trainer trainer_;
+  IterationRecord last_record_;
+};
+
+// Production's fused AdamW on one element through its host twin, with the hyperparameters as
+// production/kernels/optimizer.hpp documents them: computed in double, rounded to fp32 once.
+AdamwElement production_adamw_element(const AdamwElementCall& call) {
+  double beta1_power = 1.0;
+  double beta2_power = 1.0;
+  for (std::int64_t i = 0; i < call.step; ++i) {
+    beta1_power *= call.optimizer.adam_beta1;
+    beta2_power *= call.optimizer.adam_beta2;
+  }
+  production::AdamwHyper hyper;
+  hyper.lr = static_cast<float>(call.lr);
+  hyper.weight_decay = static_cast<float>(call.wd);
+  hyper.beta1 = static_cast<float>(call.optimizer.adam_beta1);
+  hyper.beta2 = static_cast<float>(call.optimizer.adam_beta2);
+  hyper.one_minus_beta1 = static_cast<float>(1.0 - call.optimizer.adam_beta1);
+  hyper.one_minus_beta2 = static_cast<float>(1.0 - call.optimizer.adam_beta2);
+  hyper.eps = static_cast<float>(call.optimizer.adam_eps);
+  hyper.bias_correction1 = static_cast<float>(1.0 - beta1_power);
+  hyper.bias_correction2 = static_cast<float>(1.0 - beta2_power);
+  float param = static_cast<float>(call.before.param);
+  float exp_avg = static_cast<float>(call.before.exp_avg);
+  float exp_avg_sq = static_cast<float>(call.before.exp_avg_sq);
+  const float grad = static_cast<float>(call.grad);
+  const production::DecaySegment segment{0, 1, true};
+  production::AdamwParams params;
+  params.params = &param;
+  params.exp_avg = &exp_avg;
+  params.exp_avg_sq = &exp_avg_sq;
+  params.grads = &grad;
+  params.count = 1;
+  params.segments = &segment;
+  params.segment_count = 1;
+  params.hyper = hyper;
+  production::adamw_host(params);
+  return {param, exp_avg, exp_avg_sq};
+}
+
+// The reference's AdamW on one element, optionally mutated as the trainer mutates it.
+AdamwElement reference_adamw_element(const AdamwElementCall& call, const reference::Mutants& mutants) {
+  const reference::AdamHyper<double> hyper(call.optimizer, mutants.bias_correction_off_by_one
+                                                               ? call.step + 1
+                                                               : call.step);
+  AdamwElement out = call.before;
+  if (mutants.l2_instead_of_decoupled || mutants.eps_inside_sqrt) {
+    reference::adamw_update_mutated(hyper, call.lr, call.wd, call.grad, out.param, out.exp_avg,
+                                    out.exp_avg_sq,
+                                    {mutants.l2_instead_of_decoupled, mutants.eps_inside_sqrt});
+  } else {
+    reference::adamw_update(hyper, call.lr, call.wd, call.grad, out.param, out.exp_avg,
+                            out.exp_avg_sq);
+  }
+  return out;
+}
+
+reference::Mutants trainer_mutants(Mutant mutant) {
+  reference::Mutants m;
+  switch (mutant) {
+    case Mutant::decay_norm_weights: m.decay_norm_weights = true; break;
+    case Mutant::l2_instead_of_decoupled: m.l2_instead_of_decoupled = true; break;
+    case Mutant::clip_per_rank: m.clip_per_rank = true; break;
+    case Mutant::microbatch_mean_under_per_token: m.microbatch_mean_under_per_token = true; break;
+    case Mutant::eps_inside_sqrt: m.eps_inside_sqrt = true; break;
+    case Mutant::bias_correction_off_by_one: m.bias_correction_off_by_one = true; break;
+    case Mutant::scheduler_advances_on_skip: m.scheduler_advances_on_skip = true; break;
+    case Mutant::cross_document_attention:
+    case Mutant::positions_not_reset: break;  // data-side
+  }
+  return m;
+}
+
+bool is_data_side(Mutant mutant) {
+  return mutant == Mutant::cross_document_attention || mutant == Mutant::positions_not_reset;
+}
+
+}  // namespace
+
+std::vector<Mutant> all_mutants() {
+  return {Mutant::decay_norm_weights,         Mutant::l2_instead_of_decoupled,
+          Mutant::clip_per_rank,              Mutant::microbatch_mean_under_per_token,
+          Mutant::eps_inside_sqrt,            Mutant::bias_correction_off_by_one,
+          Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
+          Mutant::positions_not_reset};
+}
+
+std::string to_string(Mutant mutant) {
+  switch (mutant) {
+    case Mutant::decay_norm_weights: return "decay_norm_weights";
+    case Mutant::l2_instead_of_decoupled: return "l2_instead_of_decoupled";
+    case Mutant::clip_per_rank: return "clip_per_rank";
+    case Mutant::microbatch_mean_under_per_token: return "microbatch_mean_under_per_token";
+    case Mutant::eps_inside_sqrt: return "eps_inside_sqrt";
+    case Mutant::bias_correction_off_by_one: return "bias_correction_off_by_one";
+    case Mutant::scheduler_advances_on_skip: return "scheduler_advances_on_skip";
+    case Mutant::cross_document_attention: return "cross_document_attention";
+    case Mutant::positions_not_reset: return "positions_not_reset";
+  }
+  return "?";
+}
+
+Sample mutate_sample(Mutant mutant, Sample sample) {
+  if (mutant == Mutant::cross_document_attention) {
+    // Every position attends back to the window's start, across documents (SPEC 3 broken).
+    std::fill(sample.attention_start.begin(), sample.attention_start.end(), 0);
+  } else if (mutant == Mutant::positions_not_reset) {
+    // Positions count 0..L-1 through EODs (SPEC 3 broken).
+    std::iota(sample.positions.begin(), sample.positions.end(), 0);
+  }
+  return sample;
+}
+
+TwinKind reference_twin() {
+  TwinKind kind;
+  kind.name = "reference-double";
+  kind.description = "reference<double> (reference/trainer.hpp)";
+  kind.precision = fp64();
+  kind.checkpoints = true;
+  kind.make = [](const TwinSetup& setup) -> std::unique_ptr<Twin> {
+    return std::make_unique<ReferenceTwin<double>>(setup, reference::Mutants{}, std::nullopt,
+                                                   "reference<double>");
+  };
+  kind.adamw_element = [](const AdamwElementCall& call) {
+    return reference_adamw_element(call, reference::Mutants{});
+  };
+  return kind;
+}
+
+TwinKind reference50_twin() {
+  TwinKind kind;
+  kind.name = "reference-float50";
+  kind.description = "reference<cpp_bin_float_50> (50 significant digits)";
+  kind.precision = float50();
+  kind.make = [](const TwinSetup& setup) -> std::unique_ptr<Twin> {
+    return std::make_unique<ReferenceTwin<Float50>>(setup, reference::Mutants{}, std::nullopt,
+                                                    "reference<float50>");
+  };
+  return kind;
+}
+
+Precision precision_of(const TwinKind& kind, const RunConfig& config) {
+  return kind.compute_follows_bf16 && config.optimizer.bf16 ? bf16() : kind.precision;
+}
+
+TwinKind production_twin(bool cuda) {
+  TwinKind kind;
+  kind.name = cuda ? "production-cuda" : "production-cpu";
+  kind.description = std::string("production trainer (production/trainer.hpp), ") +
+                     (cuda ? "cuda" : "cpu") + " backend, fp32 main state";
+  kind.precision = fp32();
+  kind.compute_follows_bf16 = true;
+  kind.checkpoints = true;
+  kind.max_data_parallel = 1;     // one rank today (production/trainer.hpp)
+  kind.injects_any_value = false;  // production::TestSwitches: NaN at element 0
+  kind.make = [cuda](const TwinSetup& setup) -> std::unique_ptr<Twin> {
+    return std::make_unique<ProductionTwin>(setup, cuda);
+  };
+  if (!cuda) kind.adamw_element = production_adamw_element;
+  return kind;
+}
+
+bool cuda_device_answers() {
+  if (!production::cuda_backend_built()) return false;
+  try {
+    return production::make_backend(production::Device::cuda) != nullptr;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+std::vector<TwinKind> twins_under_test() {
+  std::vector<TwinKind> kinds = {reference_twin(), production_twin(false)};
+  if (cuda_device_answers()) kinds.push_back(production_twin(true));
+  return kinds;
+}
+
+TwinKind mutant_twin(Mutant mutant) {
+  TwinKind kind;
+  kind.name = "mutant-" + to_string(mutant);
+  kind.description = "reference<double> with the mutant " + to_string(mutant);
+  kind.precision = fp64();
+  kind.checkpoints = true;
+  const reference::Mutants mutants = trainer_mutants(mutant);
+  const std::optional<Mutant> data_mutant =
+      is_data_side(mutant) ? std::optional<Mutant>(mutant) : std::nullopt;
+  kind.make = [mutants, data_mutant, name = kind.name](const TwinSetup& setup) -> std::unique_ptr<Twin> {
+    return std::make_unique<ReferenceTwin<double>>(setup, mutants, data_mutant, name);
+  };
+  kind.adamw_element = [mutants](const AdamwElementCall& call) {
+    return reference_adamw_element(call, mutants);
+  };
+  return kind;
+}
+
+}  // namespace tandem::equivalence

@@ -1,0 +1,124 @@
+// The twins the harness compares, behind one small interface: the reference (the truth), the
+// twins under test (today the double reference on its own layout; the production trainer's cpu
+// and cuda backends when production/trainer.hpp lands: one entry in twins_under_test()), and the
+// deliberately wrong "mutants" the negative controls run (a harness that passes a mutant has a
+// hole). Every state crosses the interface widened to double, which is exact for fp32 and double.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/config.hpp"
+#include "core/data/sample.hpp"
+#include "core/train/records.hpp"
+#include "equivalence/tolerance.hpp"
+#include "reference/trainer.hpp"
+
+namespace tandem::equivalence {
+
+// Main state widened to double, in the flat layout of core/model_layout.hpp.
+struct TwinState {
+  std::vector<double> params;      // [P] main weights
+  std::vector<double> exp_avg;     // [P] Adam m
+  std::vector<double> exp_avg_sq;  // [P] Adam v
+  Counters counters;
+};
+
+// What a twin is built from: the run (its batch/parallel sections are this twin's layout), the
+// shipped samples, and the injected non-finite gradients of the case (an input, not a bug).
+struct TwinSetup {
+  RunConfig config;
+  reference::SampleProvider samples;
+  std::set<std::int64_t> nonfinite_gradient_iterations;  // 1-based iterations
+  double nonfinite_gradient_value = 0;                    // written into ...
+  std::int64_t nonfinite_gradient_element = 0;            // ... this flat element
+};
+
+class Twin {
+ public:
+  virtual ~Twin() = default;
+  virtual std::string description() const = 0;  // "reference<double>, DP 2 x 2 microbatches x mbs 1"
+  virtual Precision precision() const = 0;
+  virtual IterationRecord run_iteration() = 0;
+  virtual TwinState state() const = 0;
+  // Loads a state (rounded to the twin's main precision); teacher forcing and schedule positions.
+  virtual void load_state(const TwinState& state) = 0;
+  // The main gradient the optimizer used in the last iteration: reduced, clipped when clipped.
+  virtual std::vector<double> last_gradient() const = 0;
+  // The sample at a global index exactly as this twin consumes it (positions, spans, masks).
+  virtual Sample consumed_sample(std::int64_t global_index) const = 0;
+  // Checkpoints in the twin's own format (SPEC 9); none when the twin cannot checkpoint.
+  virtual std::optional<checkpoint::CheckpointState> checkpoint() const = 0;
+  virtual void restore(const checkpoint::CheckpointState& state) = 0;
+};
+
+// One AdamW element update (SPEC 7) as a twin's optimizer computes it, in double.
+struct AdamwElement {
+  double param = 0, exp_avg = 0, exp_avg_sq = 0;
+};
+struct AdamwElementCall {
+  AdamwElement before;
+  double grad = 0;
+  double lr = 0, wd = 0;
+  OptimizerConfig optimizer;  // beta1, beta2, eps
+  std::int64_t step = 1;      // t >= 1
+};
+using AdamwElementFunction = std::function<AdamwElement(const AdamwElementCall&)>;
+
+// The deliberately wrong variants (trainer-side ones live in reference::Mutants; the data-side
+// ones rewrite the Sample the twin consumes).
+enum class Mutant {
+  decay_norm_weights,
+  l2_instead_of_decoupled,
+  clip_per_rank,
+  microbatch_mean_under_per_token,
+  eps_inside_sqrt,
+  bias_correction_off_by_one,
+  scheduler_advances_on_skip,
+  cross_document_attention,
+  positions_not_reset,
+};
+std::vector<Mutant> all_mutants();
+std::string to_string(Mutant mutant);  // "eps_inside_sqrt"
+
+// A kind of twin: how to build one, and its arithmetic.
+struct TwinKind {
+  std::string name;          // "reference-double", "production-cpu", "mutant-eps_inside_sqrt"
+  std::string description;   // one line for reports
+  Precision precision;       // its main arithmetic
+  bool compute_follows_bf16 = false;  // --bf16 makes its compute stores bf16 (production)
+  bool checkpoints = false;  // supports checkpoint()/restore()
+  std::int64_t max_data_parallel = 0;  // largest DP it runs (0: any); production is 1 rank today
+  bool injects_any_value = true;       // false: only NaN at flat element 0 (production's switch)
+  std::function<std::unique_ptr<Twin>(const TwinSetup&)> make;
+  AdamwElementFunction adamw_element;  // empty when the twin's optimizer is not callable per element
+};
+
+// The twin's arithmetic for this run (bf16 compute stores under --bf16 where it has them).
+Precision precision_of(const TwinKind& kind, const RunConfig& config);
+
+// The truth: the double reference (reference/trainer.hpp).
+TwinKind reference_twin();
+// The 50-digit reference (the CLI's truth: `tandem check`).
+TwinKind reference50_twin();
+// Everything that must equal the reference: the double reference on its own layout, the
+// production trainer on the cpu backend, and on the cuda backend when it is built and a device
+// answers.
+std::vector<TwinKind> twins_under_test();
+// The production trainer (production/trainer.hpp) on a backend.
+TwinKind production_twin(bool cuda);
+// Whether the cuda backend is built and a device answers.
+bool cuda_device_answers();
+// The reference with one mutant switched on.
+TwinKind mutant_twin(Mutant mutant);
+
+// The samples of a provider rewritten as a data-side mutant consumes them (identity for the
+// trainer-side mutants).
+Sample mutate_sample(Mutant mutant, Sample sample);
+
+}  // namespace tandem::equivalence
