@@ -51,12 +51,13 @@ class CudaBackend final : public Backend {
   }
 
   // Dense tensor-core peak for bf16, the CUDA-core fp32 rate for f32 (GEMMs in true fp32), by the
-  // vendor's datasheets for the SXM parts; 0 (unknown, "mfu": null) for any other device.
+  // vendor's datasheets for the SXM parts (PCIe and NVL parts run at other clocks and power);
+  // 0 (unknown, "mfu": null) for any other device.
   double peak_flops_per_second(DType compute) const override {
     const std::string name = properties_.name;
     const bool hopper_sxm = properties_.major == 9 && properties_.minor == 0 &&
                             (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) &&
-                            name.find("PCIe") == std::string::npos;
+                            name.find("PCIe") == std::string::npos && name.find("NVL") == std::string::npos;
     if (!hopper_sxm) return 0.0;
     return compute == DType::bf16 ? 989.4e12 : 66.9e12;
   }
