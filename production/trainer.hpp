@@ -18,6 +18,7 @@
 #include "core/config.hpp"
 #include "core/data/sample.hpp"
 #include "core/model_layout.hpp"
+#include "core/train/main_state.hpp"
 #include "core/train/records.hpp"
 #include "production/backend.hpp"
 #include "production/model.hpp"
@@ -37,13 +38,8 @@ struct ProductionOptions {
   TestSwitches switches;
 };
 
-// The main state on the host, as a checkpoint holds it.
-struct HostState {
-  std::vector<float> params;      // [N] fp32 main weights
-  std::vector<float> exp_avg;     // [N] fp32 m
-  std::vector<float> exp_avg_sq;  // [N] fp32 v
-  Counters counters;
-};
+// The main state on the host, as a checkpoint holds it (fp32, SPEC 9).
+using HostState = MainState<float>;
 
 using SampleProvider = std::function<Sample(std::int64_t global_index)>;
 

@@ -17,6 +17,7 @@
 #include "core/config.hpp"
 #include "core/data/sample.hpp"
 #include "core/model_layout.hpp"
+#include "core/train/main_state.hpp"
 #include "core/train/records.hpp"
 
 namespace tandem::reference {
@@ -52,12 +53,7 @@ struct TestSwitches {
 
 // Main state: weights, moments and counters, all a checkpoint holds besides the configuration.
 template <class Real>
-struct TrainerState {
-  std::vector<Real> params;      // [layout.total_elements] main weights
-  std::vector<Real> exp_avg;     // [layout.total_elements] Adam m
-  std::vector<Real> exp_avg_sq;  // [layout.total_elements] Adam v
-  Counters counters;
-};
+using TrainerState = MainState<Real>;
 
 // The sample at a global index of the training order (SPEC 2): the data path, or a test's own.
 using SampleProvider = std::function<Sample(std::int64_t global_index)>;

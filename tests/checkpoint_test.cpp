@@ -511,8 +511,7 @@ CheckpointState known_state(const RunConfig& config, std::int64_t iteration,
   to_json(state.run_config, config);
   state.parallel_layout = state.run_config.at("parallel");
   state.counters = {iteration, iteration * 4, iteration - 1, 1, 0, iteration * 31, iteration * 29, 2};
-  state.optimizer_step = iteration - 1;
-  state.scheduler_samples = (iteration - 1) * 4;
+  state.counters.scheduler_samples = (iteration - 1) * 4;
   state.data_position = {{"next_global_sample", iteration * 4}};
   state.random_streams = {{"seed", 1234}, {"dropout", {{"counter", 7}}}};
   const auto shapes = llama_names_and_shapes(config);
@@ -567,7 +566,7 @@ TEST(Checkpoint, SaveThenLoadIsBitExactInBothPrecisions) {
     EXPECT_EQ(manifest.at("scheduler").at("settings").at("lr"), 0.5);
     EXPECT_EQ(manifest.at("optimizer").at("settings").at("adam_beta2"), 0.999);
     for (const char* counter : {"iteration", "consumed_samples", "successful_updates",
-                                "skipped_updates", "consecutive_skipped_updates", "input_tokens",
+                                "skipped_updates", "consecutive_skips", "input_tokens",
                                 "loss_tokens", "pad_tokens"}) {
       EXPECT_TRUE(manifest.at("counters").contains(counter)) << counter;
     }

@@ -24,17 +24,6 @@ constexpr std::string_view kIterationPrefix = "iter_";
   throw std::runtime_error("checkpoint file " + file.string() + ": " + problem);
 }
 
-json counters_json(const TrainingCounters& counters) {
-  return json{{"iteration", counters.iteration},
-              {"consumed_samples", counters.consumed_samples},
-              {"successful_updates", counters.successful_updates},
-              {"skipped_updates", counters.skipped_updates},
-              {"consecutive_skipped_updates", counters.consecutive_skipped_updates},
-              {"input_tokens", counters.input_tokens},
-              {"loss_tokens", counters.loss_tokens},
-              {"pad_tokens", counters.pad_tokens}};
-}
-
 void check_precision(const std::string& precision, const std::string& where) {
   if (precision != kDtypeF32 && precision != kDtypeF64) {
     throw std::invalid_argument(where + ": precision \"" + precision +
@@ -193,12 +182,12 @@ fs::path save_checkpoint(const fs::path& save_dir, const CheckpointState& state,
       {"engine", state.engine},
       {"precision", state.precision},
       {"iteration", state.counters.iteration},
-      {"counters", counters_json(state.counters)},
+      {"counters", state.counters},
       {"optimizer",
-       {{"step", state.optimizer_step},
+       {{"step", state.counters.successful_updates},
         {"settings", settings.is_object() ? settings.value("optimizer", json::object()) : json::object()}}},
       {"scheduler",
-       {{"num_samples", state.scheduler_samples},
+       {{"num_samples", state.counters.scheduler_samples},
         {"settings", settings.is_object() ? settings.value("schedule", json::object()) : json::object()}}},
       {"data_position", state.data_position},
       {"random_streams", state.random_streams},
@@ -299,11 +288,11 @@ CheckpointState load_checkpoint(const fs::path& load_dir, const LoadOptions& opt
   state.counters.consumed_samples = integer_field(counters, "consumed_samples", manifest_path);
   state.counters.successful_updates = integer_field(counters, "successful_updates", manifest_path);
   state.counters.skipped_updates = integer_field(counters, "skipped_updates", manifest_path);
-  state.counters.consecutive_skipped_updates =
-      integer_field(counters, "consecutive_skipped_updates", manifest_path);
+  state.counters.consecutive_skips = integer_field(counters, "consecutive_skips", manifest_path);
   state.counters.input_tokens = integer_field(counters, "input_tokens", manifest_path);
   state.counters.loss_tokens = integer_field(counters, "loss_tokens", manifest_path);
   state.counters.pad_tokens = integer_field(counters, "pad_tokens", manifest_path);
+  state.counters.scheduler_samples = integer_field(counters, "scheduler_samples", manifest_path);
   if (integer_field(manifest, "iteration", manifest_path) != state.counters.iteration) {
     fail(manifest_path, "iteration and counters.iteration disagree");
   }
@@ -315,10 +304,15 @@ CheckpointState load_checkpoint(const fs::path& load_dir, const LoadOptions& opt
     fail(manifest_path, "records iteration " + std::to_string(state.counters.iteration) +
                             " but lies in directory " + directory_name);
   }
-  state.optimizer_step = integer_field(object_field(manifest, "optimizer", manifest_path), "step",
-                                       manifest_path);
-  state.scheduler_samples = integer_field(object_field(manifest, "scheduler", manifest_path),
-                                          "num_samples", manifest_path);
+  // SPEC 7/8: the step count t and the scheduler's n, recorded in their own sections too.
+  if (integer_field(object_field(manifest, "optimizer", manifest_path), "step", manifest_path) !=
+      state.counters.successful_updates) {
+    fail(manifest_path, "optimizer.step and counters.successful_updates disagree");
+  }
+  if (integer_field(object_field(manifest, "scheduler", manifest_path), "num_samples",
+                    manifest_path) != state.counters.scheduler_samples) {
+    fail(manifest_path, "scheduler.num_samples and counters.scheduler_samples disagree");
+  }
   state.data_position = field(manifest, "data_position", manifest_path);
   state.random_streams = field(manifest, "random_streams", manifest_path);
   state.parallel_layout = field(manifest, "parallel_layout", manifest_path);

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/tensor_data.hpp"
+#include "core/train/records.hpp"
 
 namespace tandem::checkpoint {
 
@@ -36,20 +37,6 @@ inline constexpr std::string_view kManifestFileName = "manifest.json";
 inline constexpr std::string_view kModelFileName = "model.safetensors";
 inline constexpr std::string_view kOptimizerFileName = "optimizer.safetensors";
 
-// Every counter of SPEC 1, cumulative, as they stand after `iteration`.
-struct TrainingCounters {
-  std::int64_t iteration = 0;                // iterations done, skipped ones included
-  std::int64_t consumed_samples = 0;         // samples read, skipped iterations included
-  std::int64_t successful_updates = 0;       // optimizer steps applied
-  std::int64_t skipped_updates = 0;          // iterations whose update was skipped (SPEC 8)
-  std::int64_t consecutive_skipped_updates = 0;  // the current run of skips (--max-consecutive-skips)
-  std::int64_t input_tokens = 0;             // non-pad input positions
-  std::int64_t loss_tokens = 0;              // positions with loss mask 1
-  std::int64_t pad_tokens = 0;               // pad input positions
-
-  bool operator==(const TrainingCounters&) const = default;
-};
-
 // What a trainer saves and gets back. The JSON members are the trainer's own (the format only
 // requires them to be present); everything else is checked on load.
 struct CheckpointState {
@@ -57,9 +44,9 @@ struct CheckpointState {
   std::string precision;           // dtype of every stored tensor: "F64" or "F32" (SPEC 9)
   nlohmann::json run_config;       // to_json(RunConfig) of the run that wrote it (core/config.hpp)
   nlohmann::json parallel_layout;  // the layout the state was written with (TP, PP, DP, ...)
-  TrainingCounters counters;
-  std::int64_t optimizer_step = 0;     // AdamW t: successful updates applied (SPEC 7)
-  std::int64_t scheduler_samples = 0;  // n of SPEC 8: GBS x successful updates
+  // Every SPEC 1 counter after `counters.iteration`; the AdamW step t is successful_updates and
+  // the scheduler's n is scheduler_samples (the manifest records both under their own sections).
+  Counters counters;
   nlohmann::json data_position;    // where the next sample comes from (trainer-defined object)
   nlohmann::json random_streams;   // the state of every random stream (trainer-defined object)
   nlohmann::json extra = nlohmann::json::object();  // anything else the trainer keeps

@@ -1,0 +1,29 @@
+// A trainer's main state (SPEC 9: main weights, Adam m and v in the engine's main precision, and
+// the counters) <-> a checkpoint. Both twins use it: the reference with double (F64 tensors), the
+// production trainer with float (F32). Tensors carry the model layout's Hugging Face names; the
+// moments carry the prefixes "exp_avg." and "exp_avg_sq.".
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/config.hpp"
+#include "core/model_layout.hpp"
+#include "core/train/main_state.hpp"
+
+namespace tandem::checkpoint {
+
+// The checkpoint of `state` (Scalar: double for the reference, float for production) written by `engine` under `config`.
+template <class Scalar>
+CheckpointState make_main_checkpoint(const std::string& engine, const RunConfig& config,
+                                     const ModelLayout& layout, const MainState<Scalar>& state);
+
+// The main state stored in `saved` for a run resumed under `resumed`. Throws std::runtime_error
+// when another engine or precision wrote it, or a tensor is missing or misshapen (naming it), and
+// ConfigError for a changed setting (check_resume_settings).
+template <class Scalar>
+MainState<Scalar> read_main_checkpoint(const std::string& engine, const RunConfig& resumed,
+                                       const ModelLayout& layout, const CheckpointState& saved);
+
+}  // namespace tandem::checkpoint
