@@ -61,29 +61,38 @@ inline void register_equivalence_properties(const std::string& suite, bool soak)
 // harness does not catch is a hole in the harness. The seed is fixed so a control is reproducible;
 // shrinking is off (the counterexample is printed as found) except for the cheap element
 // property, which shows that failures shrink.
+// The whole-update controls run twice: at the mutant's own double bounds, and at the fp32/bf16
+// bounds production is held to (a tolerance too loose to catch them would be a hole too).
 inline void register_negative_controls(const std::string& suite, int cases) {
   std::uint64_t seed = 20261130;
   for (const PropertyEntry& entry : properties()) {
+    const bool whole_update =
+        entry.name == "UpdatesMatchTheReference" || entry.name == "TrainingOutputsMatchTheReference";
     for (const Mutant mutant : entry.must_catch) {
-      const std::string name = to_string(mutant) + "__caught_by__" + entry.name;
-      register_check(suite, name, [name = entry.name, mutant, cases, seed = seed++] {
-        const PropertyEntry& property = equivalence::property(name);
-        CheckOptions options;
-        options.cases = cases;
-        options.seed = seed;
-        options.shrink = property.name == "AdamwElementMatchesSpec7OnEveryIeeeInput";
-        options.quiet_listener = true;
-        std::cout << "negative control: the mutant " << to_string(mutant)
-                  << " must be rejected\n";
-        const CheckOutcome outcome = check_property(property, mutant_twin(mutant), options, std::cout);
-        EXPECT_TRUE(outcome.failed)
-            << "the harness did not catch the mutant " << to_string(mutant) << " with "
-            << property.name << " in " << outcome.cases_run << " cases (seed " << outcome.seed
-            << "): a hole in the harness";
-        if (outcome.failed) {
-          std::cout << "caught after " << outcome.cases_run << " case(s)\n";
-        }
-      });
+      for (const bool at_production_tolerance : {false, true}) {
+        if (at_production_tolerance && !whole_update) continue;
+        const std::string name = to_string(mutant) +
+                                 (at_production_tolerance ? "__at_fp32_bounds" : "") +
+                                 "__caught_by__" + entry.name;
+        register_check(suite, name, [name = entry.name, mutant, cases, at_production_tolerance,
+                                     seed = seed++] {
+          const PropertyEntry& property = equivalence::property(name);
+          CheckOptions options;
+          options.cases = cases;
+          options.seed = seed;
+          options.shrink = property.name == "AdamwElementMatchesSpec7OnEveryIeeeInput";
+          options.quiet_listener = true;
+          std::cout << "negative control: the mutant " << to_string(mutant)
+                    << " must be rejected\n";
+          const CheckOutcome outcome = check_property(
+              property, mutant_twin(mutant, at_production_tolerance), options, std::cout);
+          EXPECT_TRUE(outcome.failed)
+              << "the harness did not catch the mutant " << to_string(mutant) << " with "
+              << property.name << " in " << outcome.cases_run << " cases (seed " << outcome.seed
+              << "): a hole in the harness";
+          if (outcome.failed) std::cout << "caught after " << outcome.cases_run << " case(s)\n";
+        });
+      }
     }
   }
 }

@@ -350,11 +350,13 @@ std::vector<TwinKind> twins_under_test() {
   return kinds;
 }
 
-TwinKind mutant_twin(Mutant mutant) {
+TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
   TwinKind kind;
-  kind.name = "mutant-" + to_string(mutant);
-  kind.description = "reference<double> with the mutant " + to_string(mutant);
-  kind.precision = fp64();
+  kind.name = "mutant-" + to_string(mutant) + (at_production_tolerance ? "-at-fp32-bounds" : "");
+  kind.description = "reference<double> with the mutant " + to_string(mutant) +
+                     (at_production_tolerance ? ", held to fp32/bf16 bounds" : "");
+  kind.precision = at_production_tolerance ? fp32() : fp64();
+  kind.compute_follows_bf16 = at_production_tolerance;
   kind.checkpoints = true;
   const reference::Mutants mutants = trainer_mutants(mutant);
   const std::optional<Mutant> data_mutant =

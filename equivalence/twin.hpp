@@ -114,8 +114,9 @@ std::vector<TwinKind> twins_under_test();
 TwinKind production_twin(bool cuda);
 // Whether the cuda backend is built and a device answers.
 bool cuda_device_answers();
-// The reference with one mutant switched on.
-TwinKind mutant_twin(Mutant mutant);
+// The reference with one mutant switched on. `at_production_tolerance`: held to the bounds of an
+// fp32 (bf16 under --bf16) twin, to show production's looser tolerance still catches it.
+TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance = false);
 
 // The samples of a provider rewritten as a data-side mutant consumes them (identity for the
 // trainer-side mutants).

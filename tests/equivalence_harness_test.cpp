@@ -21,7 +21,7 @@ namespace tandem::equivalence {
 namespace {
 
 // Negative-control case budget: every control must be caught within this many cases.
-constexpr int kControlCases = 200;
+constexpr int kControlCases = 400;
 
 const bool registered = [] {
   register_equivalence_properties("Equivalence", /*soak=*/false);

@@ -1,0 +1,64 @@
+// `tandem check` through the real binary (SPEC 12): it names the twins it compares, prints both
+// values, the error and the bound per update and quantity, and its exit status is the verdict.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/run_tandem.hpp"
+
+namespace tandem {
+namespace {
+
+// A tiny run on the embedded corpus, built once into the test's temporary directory.
+std::vector<std::string> tiny_check(std::vector<std::string> extra) {
+  std::vector<std::string> arguments = {
+      "check", "--train-samples", "16", "--num-layers", "1", "--hidden-size", "8",
+      "--num-attention-heads", "2", "--ffn-hidden-size", "16", "--seq-length", "8",
+      "--global-batch-size", "4", "--micro-batch-size", "2", "--clip-grad", "0.5",
+      "--data-cache", (std::filesystem::path(::testing::TempDir()) / "tandem-check-corpus").string()};
+  arguments.insert(arguments.end(), extra.begin(), extra.end());
+  return arguments;
+}
+
+TEST(CheckCommand, ProductionAgreesWithTheReferenceAndTheReportNamesTwinsValuesErrorsAndBounds) {
+  const auto result = testing::run_tandem(tiny_check({"--updates", "2"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("production<cpu, fp32>"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("[fast twin] vs reference<double>"), std::string::npos);
+  EXPECT_NE(result.output.find("-- update 2: ok"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("update 2 params"), std::string::npos);
+  EXPECT_NE(result.output.find("% of the bound"), std::string::npos);
+  EXPECT_NE(result.output.find("verdict: the twins agree"), std::string::npos);
+}
+
+TEST(CheckCommand, TheDoubleReferenceIsHeldAgainstFiftyDigits) {
+  const auto result =
+      testing::run_tandem(tiny_check({"--updates", "1", "--fast-twin", "reference-double"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("reference<double>, DP 1 x 2 microbatches x mbs 2 [fast twin] vs "
+                               "reference<float50>"),
+            std::string::npos)
+      << result.output;
+}
+
+TEST(CheckCommand, TheExitStatusIsTheVerdictAWrongTwinFails) {
+  // Negative control: weight decay on the norm weights must be reported and fail the command.
+  const auto result = testing::run_tandem(
+      tiny_check({"--updates", "1", "--test-mutant", "decay_norm_weights"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("FAIL update 1 params model.layers.0.input_layernorm.weight"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("verdict: the twins DISAGREE"), std::string::npos);
+}
+
+TEST(CheckCommand, ALayoutTheProductionTwinCannotRunIsBadInput) {
+  const auto result =
+      testing::run_tandem(tiny_check({"--data-parallel-size", "2", "--world-size", "2"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+}
+
+}  // namespace
+}  // namespace tandem
