@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/args.hpp"
+#include "core/train/audit_selection.hpp"
 #include "core/train/train_options.hpp"
 #include "reference/run.hpp"
 #include "reference/trainer.hpp"
@@ -149,7 +150,7 @@ int run(int argc, char** argv) {
     switches.nonfinite_gradient_iterations = golden.nonfinite_iterations;
     reference::Trainer<boost::multiprecision::cpp_bin_float_50> wide(golden.config, samples,
                                                                      switches);
-    wide.set_audit_elements(reference::choose_audit_elements(wide.layout(), golden.audit_params,
+    wide.set_audit_elements(audit_elements(wide.layout(), golden.audit_params,
                                                              golden.config.data.seed));
     const double cpu_start = process_cpu_seconds();
     const auto start = std::chrono::steady_clock::now();

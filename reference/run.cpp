@@ -17,6 +17,7 @@
 #include "core/data/jsonl_builder.hpp"
 #include "core/data/packing.hpp"
 #include "core/model_layout.hpp"
+#include "core/train/audit_selection.hpp"
 #include "core/train/records.hpp"
 #include "core/train/run_support.hpp"
 #include "reference/checkpointing.hpp"
@@ -80,7 +81,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
   }
   if (options.audit_params > 0) {
     trainer.set_audit_elements(
-        choose_audit_elements(trainer.layout(), options.audit_params, config.data.seed));
+        audit_elements(trainer.layout(), options.audit_params, config.data.seed));
   }
 
   const std::int64_t total_iterations = config.train_updates();

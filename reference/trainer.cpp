@@ -15,35 +15,6 @@
 
 namespace tandem::reference {
 
-std::vector<std::int64_t> choose_audit_elements(const ModelLayout& layout, std::int64_t count,
-                                                std::uint64_t seed) {
-  std::vector<std::vector<std::int64_t>> groups(2);  // tensor indices: decay, no_decay
-  for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
-    const auto group = layout.tensors[i].decay_group == DecayGroup::decay ? 0 : 1;
-    groups[group].push_back(static_cast<std::int64_t>(i));
-  }
-  // A stream of its own, distinct from the init streams by its name.
-  const std::uint64_t stream = init_tensor_stream(seed, "audit-params");
-  std::set<std::int64_t> chosen;
-  std::uint64_t counter = 0;
-  const auto group_count = std::count_if(groups.begin(), groups.end(),
-                                         [](const auto& group) { return !group.empty(); });
-  const std::int64_t wanted = std::min(count, layout.total_elements);
-  for (std::int64_t attempt = 0; static_cast<std::int64_t>(chosen.size()) < wanted; ++attempt) {
-    const auto& group = groups[static_cast<std::size_t>(attempt % 2)];
-    if (group.empty()) {
-      if (group_count == 0) break;
-      continue;
-    }
-    const std::uint64_t word_tensor = init_stream_word(stream, counter++);
-    const std::uint64_t word_element = init_stream_word(stream, counter++);
-    const auto& tensor = layout.tensor(group[word_tensor % group.size()]);
-    chosen.insert(tensor.offset +
-                  static_cast<std::int64_t>(word_element % static_cast<std::uint64_t>(tensor.numel)));
-  }
-  return {chosen.begin(), chosen.end()};
-}
-
 template <class Real>
 Trainer<Real>::Trainer(const RunConfig& config, SampleProvider samples, TestSwitches switches)
     : config_(config),

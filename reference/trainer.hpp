@@ -58,11 +58,6 @@ using TrainerState = MainState<Real>;
 // The sample at a global index of the training order (SPEC 2): the data path, or a test's own.
 using SampleProvider = std::function<Sample(std::int64_t global_index)>;
 
-// Which parameter elements --audit-params logs: `count` elements chosen by `seed`, alternating
-// between the decay and no-decay groups while both have elements (flat indices, sorted).
-std::vector<std::int64_t> choose_audit_elements(const ModelLayout& layout, std::int64_t count,
-                                                std::uint64_t seed);
-
 template <class Real>
 class Trainer {
  public:

@@ -1,7 +1,6 @@
 // Which parameter elements --audit-params logs (SPEC 12), shared by both twins so their logs
 // audit the same elements: `count` elements chosen by `seed`, alternating between the decay and
-// no-decay groups while both have elements (flat indices, sorted). The same stream and order as
-// reference::choose_audit_elements (tests/production_trainer_test.cpp checks they agree).
+// no-decay groups while both have elements (flat indices, sorted).
 #pragma once
 
 #include <cstdint>
