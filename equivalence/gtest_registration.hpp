@@ -5,6 +5,7 @@
 // REQUIRES the property to fail.
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <functional>
 #include <iostream>
