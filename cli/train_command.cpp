@@ -1,6 +1,7 @@
 // `tandem train [ARGS] [--engine production|reference] [--device cuda|cpu]`: trains with the same
-// Megatron-style options as `tandem plan` (SPEC 12). The reference engine is the exact CPU twin;
-// the production engine runs on the cpu backend today and on cuda once its backend is built.
+// Megatron-style options as `tandem plan` (SPEC 12). The production engine (the default) is the
+// fast twin, on the cuda backend when a device answers, else on the cpu backend; the reference
+// engine is the exact CPU twin.
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -24,13 +25,14 @@ struct TrainCommandState {
 Command add_train_command(CLI::App& parent) {
   auto state = std::make_shared<TrainCommandState>();
   CLI::App* sub = parent.add_subcommand(
-      "train", "Train: the reference engine (exact CPU twin) or the production engine; logs JSON Lines, writes "
-               "checkpoints, resumes bit-exactly (SPEC 9, 12)");
+      "train", "Train with the production engine (default) or the reference engine (the exact CPU "
+               "twin); logs JSON Lines, writes checkpoints, resumes bit-exactly (SPEC 9, 12)");
   add_run_options(*sub, state->run);
   auto& options = state->options;
   const std::string group = "Training";
   sub->add_option("--engine", options.engine,
-                  "reference (exact CPU twin) | production (the fast twin: cuda, or cpu) (default: reference)")
+                  "production (the fast twin: cuda, or the same code on cpu) | reference (the exact CPU "
+                  "twin) (default: production)")
       ->check(CLI::IsMember({"reference", "production"}))->group(group);
   sub->add_option("--device", options.device,
                   "cuda | cpu (default: cuda when a device answers and the cuda backend is built, "

@@ -446,7 +446,8 @@ class GoldenTrajectory : public ::testing::Test {
   static std::vector<std::string> arguments_for(const std::string& precision, const fs::path& log) {
     std::vector<std::string> arguments =
         golden_.provenance.at("arguments").get<std::vector<std::string>>();
-    for (const std::string& extra : {std::string("--reference-precision"), precision,
+    for (const std::string& extra : {std::string("--engine"), std::string("reference"),
+                                     std::string("--reference-precision"), precision,
                                      std::string("--data-cache"), (root_ / "data").string(),
                                      std::string("--log"), log.string(), std::string("--quiet")}) {
       arguments.push_back(extra);

@@ -36,7 +36,8 @@ class TrainCli : public ::testing::Test {
   // A tiny model on the embedded corpus: 6 updates of 4 samples x 32 tokens, warmup + cosine.
   std::vector<std::string> tiny(const std::vector<std::string>& extra = {}) const {
     std::vector<std::string> arguments = {
-        "train", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+        "train", "--engine", "reference", "--num-layers", "2", "--hidden-size", "32",
+        "--num-attention-heads", "4",
         "--group-query-attention", "--num-query-groups", "2", "--seq-length", "32",
         "--micro-batch-size", "2", "--global-batch-size", "4", "--train-samples", "24",
         "--lr", "3e-3", "--min-lr", "3e-4", "--lr-warmup-samples", "8", "--lr-decay-style",

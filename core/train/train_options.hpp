@@ -9,7 +9,7 @@
 namespace tandem {
 
 struct TrainOptions {
-  std::string engine = "reference";     // reference | production (cpu backend; cuda once built)
+  std::string engine = "production";    // production (the fast twin) | reference (exact CPU twin)
   std::string device;                   // cuda | cpu; empty = cuda when a device answers, else cpu
   std::string reference_precision = "double";  // double | float50 (golden numbers)
   std::string log_path;                 // JSON Lines; empty = SAVE/log.jsonl with --save, else none
