@@ -75,7 +75,8 @@ class Trainer {
   // --audit-params: which flat elements to report in each iteration record.
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }
 
-  // The reduced, pre-clip main gradient of the last iteration: [layout.total_elements].
+  // The reduced main gradient of the last iteration as AdamW used it, i.e. after clipping when
+  // the update clipped (the record's grad_norm is the pre-clip norm): [layout.total_elements].
   const std::vector<Real>& last_gradient() const { return reduced_grads_; }
   // The loss of the last iteration in Real (before rounding to the record's double).
   const Real& last_loss() const { return last_loss_; }
