@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "core/args.hpp"
+#include "tests/support/run_tandem.hpp"
 
 namespace tandem {
 namespace {
@@ -269,6 +270,41 @@ TEST_F(ConfigFile, UnknownKeyIsAnError) {
 TEST_F(ConfigFile, MalformedJsonIsAnError) {
   write("{\"global-batch-size\": ");
   EXPECT_THROW(parse({"--config", path_.string()}), CLI::ParseError);
+}
+
+// Every rule again through the real binary: the bad input exits 2 with the field on stderr.
+TEST(ConfigThroughTheBinary, EveryRuleExitsTwoNamingItsField) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad_inputs = {
+      {{"--global-batch-size", "6", "--micro-batch-size", "4"}, "--global-batch-size"},
+      {{"--world-size", "3", "--tensor-model-parallel-size", "2"}, "--world-size"},
+      {{"--hidden-size", "30"}, "--hidden-size"},
+      {{"--group-query-attention", "--num-query-groups", "3"}, "--num-attention-heads"},
+      {{"--tensor-model-parallel-size", "8"}, "--num-attention-heads"},
+      {{"--group-query-attention", "--num-query-groups", "1", "--tensor-model-parallel-size", "2"},
+       "--num-query-groups"},
+      {{"--num-layers", "3", "--pipeline-model-parallel-size", "2"}, "--num-layers"},
+      {{"--sequence-parallel"}, "--sequence-parallel"},
+      {{"--lr-warmup-samples", "65"}, "--lr-warmup-samples"},
+      {{"--min-lr", "2e-3"}, "--min-lr"},
+      {{"--adam-beta1", "1"}, "--adam-beta1"},
+      {{"--adam-beta2", "-0.1"}, "--adam-beta2"},
+      {{"--adam-eps", "0"}, "--adam-eps"},
+      {{"--train-samples", "3"}, "--train-samples"},
+      {{"--lr-warmup-iters", "2"}, "iters"},
+      {{"--normalization", "LayerNorm"}, "--normalization"},
+      {{"--split", "98,x,1"}, "--split"},
+      {{"--no-such-option", "1"}, "--no-such-option"},
+  };
+  for (const auto& [extra, field] : bad_inputs) {
+    std::vector<std::string> arguments = {"plan"};
+    for (const auto& argument : with(valid(), extra)) arguments.push_back(argument);
+    const auto result = testing::run_tandem(arguments, "", "2>&1");
+    EXPECT_EQ(result.exit_code, 2) << field << ":\n" << result.output;
+    EXPECT_NE(result.output.find(field), std::string::npos) << field << ":\n" << result.output;
+  }
+  std::vector<std::string> good = {"plan"};
+  for (const auto& argument : valid()) good.push_back(argument);
+  EXPECT_EQ(testing::run_tandem(good, "", "2>&1").exit_code, 0);  // the control passes
 }
 
 TEST(TokenCount, SuffixesAndRejections) {
