@@ -10,21 +10,14 @@
 #include <gtest/gtest.h>
 
 #include "core/args.hpp"
+#include "tests/support/parse_run.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem {
 namespace {
 
 // Parses `arguments` (without the program name) as a subcommand with the run options would.
-RunConfig parse(const std::vector<std::string>& arguments) {
-  CLI::App app{"test", "tandem-test"};
-  RunArguments args;
-  add_run_options(app, args);
-  std::vector<const char*> argv{"tandem-test"};
-  for (const auto& argument : arguments) argv.push_back(argument.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
-  return build_run_config(args);
-}
+RunConfig parse(const std::vector<std::string>& arguments) { return testing::parse_run(arguments); }
 
 // The smallest valid configuration the rules below perturb one field at a time.
 std::vector<std::string> valid() {
@@ -33,11 +26,7 @@ std::vector<std::string> valid() {
           "--train-samples", "64", "--lr", "1e-3"};
 }
 
-std::vector<std::string> with(std::vector<std::string> arguments,
-                              const std::vector<std::string>& extra) {
-  arguments.insert(arguments.end(), extra.begin(), extra.end());
-  return arguments;
-}
+using testing::with;
 
 // Expects a ConfigError with an issue about `field`; returns its message for further checks.
 std::string expect_issue(const std::vector<std::string>& arguments, const std::string& field) {

@@ -13,26 +13,14 @@
 #include <rapidcheck/gtest.h>
 
 #include "core/args.hpp"
+#include "tests/support/parse_run.hpp"
 #include "core/planner.hpp"
 
 namespace tandem {
 namespace {
 
-RunConfig parse_run(const std::vector<std::string>& arguments) {
-  CLI::App app{"test", "tandem-test"};
-  RunArguments args;
-  add_run_options(app, args);
-  std::vector<const char*> argv{"tandem-test"};
-  for (const auto& argument : arguments) argv.push_back(argument.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
-  return build_run_config(args);
-}
-
-std::vector<std::string> with(std::vector<std::string> arguments,
-                              const std::vector<std::string>& extra) {
-  arguments.insert(arguments.end(), extra.begin(), extra.end());
-  return arguments;
-}
+using testing::parse_run;
+using testing::with;
 
 // A layout drawn from the domain: every count positive and the divisibility rules met by
 // construction (GBS = mbs x m x DP, L = PP x layers per stage).
