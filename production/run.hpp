@@ -8,17 +8,15 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "core/train/run_support.hpp"
 #include "core/train/train_options.hpp"
 #include "production/backend.hpp"
 
 namespace tandem::production {
 
-struct RunSummary {
-  std::int64_t iterations = 0;       // run by this invocation
-  double first_loss = 0;             // of this invocation's first iteration
-  double last_loss = 0;
-  std::int64_t skipped_updates = 0;  // cumulative
-  Device device = Device::cpu;       // the backend that ran
+// What a finished run reports (core/train/run_support.hpp), and the backend that ran it.
+struct RunSummary : tandem::RunSummary {
+  Device device = Device::cpu;
 };
 
 // The device a run uses: --device when given; otherwise cuda when the cuda backend is built and

@@ -65,11 +65,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
     }
   };
 
-  std::string log_path = options.log_path;
-  if (log_path.empty() && saving) {
-    std::filesystem::create_directories(config.checkpoint.save);
-    log_path = (std::filesystem::path(config.checkpoint.save) / "log.jsonl").string();
-  }
+  const std::string log_path = resolve_log_path(config, options);
   JsonlLog log;
   if (!log_path.empty()) {
     log = JsonlLog(log_path, resumed_iteration > 0);
@@ -90,38 +86,11 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
       << " iterations of " << config.batch.global_batch_size << " samples x "
       << config.model.seq_length << " tokens\n";
 
-  RunSummary summary;
-  if (total_iterations == 0 && saving && resumed_iteration == 0) save();  // SPEC 12: iteration 0
-  while (trainer.state().counters.iteration < total_iterations) {
-    const IterationRecord record = trainer.run_iteration();
-    if (summary.iterations == 0) summary.first_loss = record.loss;
-    summary.last_loss = record.loss;
-    ++summary.iterations;
-    if (log.is_open()) log.write(record);
-    if (!options.quiet) out << progress_line(record, total_iterations) << "\n" << std::flush;
-    const auto& counters = trainer.state().counters;
-    if (counters.consecutive_skips >= options.max_consecutive_skips) {
-      if (saving) save();
-      throw std::runtime_error(
-          "iteration " + std::to_string(record.iteration) + ": " +
-          std::to_string(counters.consecutive_skips) +
-          " consecutive skipped updates (non-finite loss or gradient norm) reached "
-          "--max-consecutive-skips " + std::to_string(options.max_consecutive_skips) +
-          "; fix: inspect the batch and the learning rate, then resume from the last checkpoint");
-    }
-    const bool interval_due = config.checkpoint.save_interval > 0 &&
-                              counters.iteration % config.checkpoint.save_interval == 0;
-    const bool exit_due =
-        options.exit_interval > 0 && counters.iteration % options.exit_interval == 0;
-    if (saving && (interval_due || exit_due || counters.iteration == total_iterations)) save();
-    if (exit_due) {
-      out << "exiting at iteration " << counters.iteration << " (--exit-interval "
-          << options.exit_interval << ")\n";
-      break;
-    }
-  }
-  summary.skipped_updates = trainer.state().counters.skipped_updates;
-  return summary;
+  IterationDriver driver;
+  driver.run_iteration = [&trainer] { return trainer.run_iteration(); };
+  driver.counters = [&trainer] { return trainer.state().counters; };
+  if (saving) driver.save = save;
+  return drive_iterations(config, options, resumed_iteration, driver, log, out);
 }
 
 }  // namespace

@@ -7,17 +7,12 @@
 
 #include "core/config.hpp"
 #include "core/data/sample.hpp"
+#include "core/train/run_support.hpp"
 #include "core/train/train_options.hpp"
 
 namespace tandem::reference {
 
-// What a finished run reports (the CLI prints it; tests read it).
-struct RunSummary {
-  std::int64_t iterations = 0;       // run by this invocation
-  double first_loss = 0;             // of this invocation's first iteration
-  double last_loss = 0;
-  std::int64_t skipped_updates = 0;  // cumulative
-};
+using tandem::RunSummary;  // what a finished run reports (core/train/run_support.hpp)
 
 // Opens the run's data: --data-path, or the embedded corpus built under options.data_cache.
 std::function<Sample(std::int64_t)> open_training_samples(const RunConfig& config,

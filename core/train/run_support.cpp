@@ -1,8 +1,11 @@
 // The shared header record and progress line (run_support.hpp).
 #include "core/train/run_support.hpp"
 
+#include <filesystem>
 #include <iomanip>
+#include <ostream>
 #include <sstream>
+#include <stdexcept>
 
 namespace tandem {
 
@@ -50,6 +53,53 @@ std::string progress_line(const IterationRecord& record, std::int64_t total_iter
        << record.tokens_per_second << " tok/s";
   if (record.mfu) line << " | MFU " << std::setprecision(1) << 100.0 * *record.mfu << "%";
   return line.str();
+}
+
+std::string resolve_log_path(const RunConfig& config, const TrainOptions& options) {
+  if (!options.log_path.empty() || config.checkpoint.save.empty()) return options.log_path;
+  std::filesystem::create_directories(config.checkpoint.save);
+  return (std::filesystem::path(config.checkpoint.save) / "log.jsonl").string();
+}
+
+RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options,
+                            std::int64_t resumed_iteration, const IterationDriver& driver,
+                            JsonlLog& log, std::ostream& out) {
+  const std::int64_t total_iterations = config.train_updates();
+  const bool saving = static_cast<bool>(driver.save);
+  RunSummary summary;
+  if (total_iterations == 0 && saving && resumed_iteration == 0) driver.save();  // SPEC 12
+  while (driver.counters().iteration < total_iterations) {
+    const IterationRecord record = driver.run_iteration();
+    if (summary.iterations == 0) summary.first_loss = record.loss;
+    summary.last_loss = record.loss;
+    ++summary.iterations;
+    if (log.is_open()) log.write(record);
+    if (!options.quiet) out << progress_line(record, total_iterations) << "\n" << std::flush;
+    const Counters counters = driver.counters();
+    if (counters.consecutive_skips >= options.max_consecutive_skips) {
+      if (saving) driver.save();
+      throw std::runtime_error(
+          "iteration " + std::to_string(record.iteration) + ": " +
+          std::to_string(counters.consecutive_skips) +
+          " consecutive skipped updates (non-finite loss or gradient norm) reached "
+          "--max-consecutive-skips " + std::to_string(options.max_consecutive_skips) +
+          "; fix: inspect the batch and the learning rate, then resume from the last checkpoint");
+    }
+    const bool interval_due = config.checkpoint.save_interval > 0 &&
+                              counters.iteration % config.checkpoint.save_interval == 0;
+    const bool exit_due =
+        options.exit_interval > 0 && counters.iteration % options.exit_interval == 0;
+    if (saving && (interval_due || exit_due || counters.iteration == total_iterations)) {
+      driver.save();
+    }
+    if (exit_due) {
+      out << "exiting at iteration " << counters.iteration << " (--exit-interval "
+          << options.exit_interval << ")\n";
+      break;
+    }
+  }
+  summary.skipped_updates = driver.counters().skipped_updates;
+  return summary;
 }
 
 }  // namespace tandem

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include "core/config.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/records.hpp"
+#include "core/train/train_options.hpp"
 
 namespace tandem {
 
@@ -32,5 +35,31 @@ nlohmann::json header_record(const HeaderIdentity& identity, const RunConfig& co
 
 // "iter 3/10 | loss 5.1234 | lr 1.000e-03 | grad norm ... | 1234 tok/s" (plus MFU when known).
 std::string progress_line(const IterationRecord& record, std::int64_t total_iterations);
+
+// --log, or SAVE/log.jsonl with --save (creating SAVE), or empty for no log (SPEC 12).
+std::string resolve_log_path(const RunConfig& config, const TrainOptions& options);
+
+// What one invocation of a run did (the CLI prints it; tests read it).
+struct RunSummary {
+  std::int64_t iterations = 0;       // run by this invocation
+  double first_loss = 0;             // of this invocation's first iteration
+  double last_loss = 0;
+  std::int64_t skipped_updates = 0;  // cumulative
+};
+
+// What the shared iteration loop drives: one engine's trainer.
+struct IterationDriver {
+  std::function<IterationRecord()> run_iteration;
+  std::function<Counters()> counters;  // after the last iteration
+  std::function<void()> save;          // writes a checkpoint; empty without --save
+};
+
+// The loop both engines run after setup: iterate to config.train_updates(), log each record,
+// print progress, checkpoint every --save-interval, at --exit-interval and at the end, write the
+// initialized model when there is nothing to train (SPEC 12), and stop with an error after
+// --max-consecutive-skips skipped updates in a row, after a final checkpoint (SPEC 8).
+RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options,
+                            std::int64_t resumed_iteration, const IterationDriver& driver,
+                            JsonlLog& log, std::ostream& out);
 
 }  // namespace tandem
