@@ -456,6 +456,10 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                 text(model.num_query_groups),
                 "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
                 "choose G a multiple of TP, or a smaller TP");
+  // Megatron splits the MLP's hidden dimension over TP ranks.
+  checker.check(model.ffn_hidden_size % tp == 0, "--ffn-hidden-size", text(model.ffn_hidden_size),
+                "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
+                "choose F a multiple of TP");
   checker.check(model.num_layers % pp == 0, "--num-layers", text(model.num_layers),
                 "must be divisible by --pipeline-model-parallel-size (" + text(pp) + ")",
                 "choose L a multiple of PP");

@@ -109,6 +109,11 @@ TEST(Config, QueryGroupsNeedGqaFlag) {
   expect_issue(with(valid(), {"--group-query-attention"}), "--num-query-groups");
 }
 
+TEST(Config, FfnDivisibleByTp) {
+  expect_issue(with(valid(), {"--ffn-hidden-size", "65", "--tensor-model-parallel-size", "2"}),
+               "--ffn-hidden-size");
+}
+
 TEST(Config, LayersDivisibleByPp) {
   expect_issue(with(valid(), {"--num-layers", "3", "--pipeline-model-parallel-size", "2"}),
                "--num-layers");
@@ -272,6 +277,7 @@ TEST(ConfigThroughTheBinary, EveryRuleExitsTwoNamingItsField) {
       {{"--group-query-attention", "--num-query-groups", "1", "--tensor-model-parallel-size", "2"},
        "--num-query-groups"},
       {{"--num-layers", "3", "--pipeline-model-parallel-size", "2"}, "--num-layers"},
+      {{"--ffn-hidden-size", "65", "--tensor-model-parallel-size", "2"}, "--ffn-hidden-size"},
       {{"--sequence-parallel"}, "--sequence-parallel"},
       {{"--lr-warmup-samples", "65"}, "--lr-warmup-samples"},
       {{"--min-lr", "2e-3"}, "--min-lr"},
