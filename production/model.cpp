@@ -14,31 +14,6 @@ void require(bool holds, const std::string& message) {
   if (!holds) throw std::invalid_argument("production model: " + message);
 }
 
-// The checks reference/model.cpp makes, with the same meaning.
-void validate_sample(const Sample& sample, std::int64_t seq, std::int64_t vocab) {
-  const auto expected = static_cast<std::size_t>(seq);
-  require(sample.tokens.size() == expected && sample.labels.size() == expected &&
-              sample.loss_mask.size() == expected && sample.positions.size() == expected &&
-              sample.attention_start.size() == expected,
-          "sample " + std::to_string(sample.global_index) +
-              ": tokens, labels, loss_mask, positions and attention_start must all have " +
-              std::to_string(seq) + " entries (--seq-length)");
-  for (std::size_t t = 0; t < expected; ++t) {
-    const std::string where =
-        "sample " + std::to_string(sample.global_index) + " position " + std::to_string(t) + ": ";
-    require(sample.tokens[t] >= 0 && sample.tokens[t] < vocab,
-            where + "token " + std::to_string(sample.tokens[t]) + " is outside [0, " +
-                std::to_string(vocab) + ")");
-    require(sample.labels[t] >= 0 && sample.labels[t] < vocab,
-            where + "label " + std::to_string(sample.labels[t]) + " is outside [0, " +
-                std::to_string(vocab) + ")");
-    require(sample.loss_mask[t] <= 1, where + "loss_mask must be 0 or 1");
-    require(sample.attention_start[t] >= 0 && static_cast<std::size_t>(sample.attention_start[t]) <= t,
-            where + "attention_start " + std::to_string(sample.attention_start[t]) +
-                " must lie in [0, " + std::to_string(t) + "] (SPEC 3)");
-  }
-}
-
 }  // namespace
 
 DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout, Backend& backend,
@@ -116,7 +91,7 @@ void DecoderModel::upload_inputs(const std::vector<Sample>& samples) {
   std::vector<std::int32_t> tokens, labels, positions, starts;  // [rows] each
   std::vector<std::uint8_t> loss_mask;                          // [rows]
   for (const Sample& sample : samples) {
-    validate_sample(sample, seq_, config_.padded_vocab_size);
+    validate_sample(sample, config_.padded_vocab_size, seq_, "production model");
     tokens.insert(tokens.end(), sample.tokens.begin(), sample.tokens.end());
     labels.insert(labels.end(), sample.labels.begin(), sample.labels.end());
     loss_mask.insert(loss_mask.end(), sample.loss_mask.begin(), sample.loss_mask.end());

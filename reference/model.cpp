@@ -142,32 +142,10 @@ const Real* tensor_in(const std::vector<Real>& flat, const ModelLayout& layout, 
   return index < 0 ? nullptr : flat.data() + layout.tensor(index).offset;
 }
 
-void require(bool holds, const std::string& message) {
-  if (!holds) throw std::invalid_argument("reference model: " + message);
-}
+constexpr const char* kModelName = "reference model";  // prefixes its input errors
 
-void validate_sample(const Sample& sample, std::int64_t vocab) {
-  const std::size_t seq = sample.tokens.size();
-  require(seq >= 1, "sample " + std::to_string(sample.global_index) + " has no tokens");
-  require(sample.labels.size() == seq && sample.loss_mask.size() == seq &&
-              sample.positions.size() == seq && sample.attention_start.size() == seq,
-          "sample " + std::to_string(sample.global_index) +
-              ": tokens, labels, loss_mask, positions and attention_start must all have " +
-              std::to_string(seq) + " entries");
-  for (std::size_t t = 0; t < seq; ++t) {
-    const std::string where =
-        "sample " + std::to_string(sample.global_index) + " position " + std::to_string(t) + ": ";
-    require(sample.tokens[t] >= 0 && sample.tokens[t] < vocab,
-            where + "token " + std::to_string(sample.tokens[t]) + " is outside [0, " +
-                std::to_string(vocab) + ")");
-    require(sample.labels[t] >= 0 && sample.labels[t] < vocab,
-            where + "label " + std::to_string(sample.labels[t]) + " is outside [0, " +
-                std::to_string(vocab) + ")");
-    require(sample.loss_mask[t] <= 1, where + "loss_mask must be 0 or 1");
-    require(sample.attention_start[t] >= 0 && static_cast<std::size_t>(sample.attention_start[t]) <= t,
-            where + "attention_start " + std::to_string(sample.attention_start[t]) +
-                " must lie in [0, " + std::to_string(t) + "] (SPEC 3)");
-  }
+void require(bool holds, const std::string& message) {
+  if (!holds) throw std::invalid_argument(std::string(kModelName) + ": " + message);
 }
 
 template <class Real>
@@ -361,7 +339,9 @@ LossAndCounts<Real> forward_backward(const ModelConfig& config, const ModelLayou
   validate_buffers(config, layout, params);
   require(grads.size() == params.size(), "grads has " + std::to_string(grads.size()) +
                                              " elements, params " + std::to_string(params.size()));
-  for (const Sample& sample : samples) validate_sample(sample, config.padded_vocab_size);
+  for (const Sample& sample : samples) {
+    validate_sample(sample, config.padded_vocab_size, std::nullopt, kModelName);
+  }
   const Dimensions dims(config);
   Workspace<Real> work;
   LossAndCounts<Real> result;
@@ -382,7 +362,9 @@ LossAndCounts<Real> forward_loss(const ModelConfig& config, const ModelLayout& l
                                  const std::vector<Real>& params,
                                  const std::vector<Sample>& samples) {
   validate_buffers(config, layout, params);
-  for (const Sample& sample : samples) validate_sample(sample, config.padded_vocab_size);
+  for (const Sample& sample : samples) {
+    validate_sample(sample, config.padded_vocab_size, std::nullopt, kModelName);
+  }
   const Dimensions dims(config);
   Workspace<Real> work;
   LossAndCounts<Real> result;
@@ -400,7 +382,7 @@ template <class Real>
 std::vector<Real> forward_logits(const ModelConfig& config, const ModelLayout& layout,
                                  const std::vector<Real>& params, const Sample& sample) {
   validate_buffers(config, layout, params);
-  validate_sample(sample, config.padded_vocab_size);
+  validate_sample(sample, config.padded_vocab_size, std::nullopt, kModelName);
   Workspace<Real> work;
   forward_sample(config, layout, params, sample, work);
   return work.logits;

@@ -14,12 +14,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::bytes_of;
+using testing::read_log;
 using testing::run_tandem;
 
 class ProductionCli : public ::testing::Test {
@@ -48,20 +51,6 @@ class ProductionCli : public ::testing::Test {
     return arguments;
   }
 
-  static std::vector<nlohmann::json> read_log(const fs::path& path) {
-    std::vector<nlohmann::json> records;
-    std::ifstream input(path);
-    std::string line;
-    while (std::getline(input, line)) records.push_back(nlohmann::json::parse(line));
-    return records;
-  }
-
-  static std::string bytes_of(const fs::path& path) {
-    std::ifstream input(path, std::ios::binary);
-    std::ostringstream out;
-    out << input.rdbuf();
-    return out.str();
-  }
 };
 
 TEST_F(ProductionCli, LogHeaderRecordsAndAuditOnCpu) {

@@ -12,12 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "production/backend.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::bytes_of;
+using testing::read_log;
 using testing::run_tandem;
 
 class TrainCli : public ::testing::Test {
@@ -47,20 +50,6 @@ class TrainCli : public ::testing::Test {
     return arguments;
   }
 
-  static std::vector<nlohmann::json> read_log(const fs::path& path) {
-    std::vector<nlohmann::json> records;
-    std::ifstream input(path);
-    std::string line;
-    while (std::getline(input, line)) records.push_back(nlohmann::json::parse(line));
-    return records;
-  }
-
-  static std::string bytes_of(const fs::path& path) {
-    std::ifstream input(path, std::ios::binary);
-    std::ostringstream out;
-    out << input.rdbuf();
-    return out.str();
-  }
 };
 
 TEST_F(TrainCli, LogCarriesTheHeaderAndEveryIterationField) {

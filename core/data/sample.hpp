@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace tandem {
@@ -22,5 +24,12 @@ struct Sample {
   std::int64_t loss_tokens = 0;   // positions with loss mask 1
   std::int64_t pad_tokens = 0;    // PAD input positions
 };
+
+// Checks what a model needs of a sample before it reads one: every field has the same length
+// (`seq_length` when given, else at least 1), tokens and labels lie in [0, vocab), the loss mask is
+// 0 or 1, and attention_start[t] lies in [0, t] (SPEC 3). Throws std::invalid_argument starting
+// with `who` and naming the sample and position.
+void validate_sample(const Sample& sample, std::int64_t vocab,
+                     std::optional<std::int64_t> seq_length, const std::string& who);
 
 }  // namespace tandem
