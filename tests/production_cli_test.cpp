@@ -50,7 +50,6 @@ class ProductionCli : public ::testing::Test {
     arguments.insert(arguments.end(), extra.begin(), extra.end());
     return arguments;
   }
-
 };
 
 TEST_F(ProductionCli, LogHeaderRecordsAndAuditOnCpu) {

@@ -49,7 +49,6 @@ class TrainCli : public ::testing::Test {
     arguments.insert(arguments.end(), extra.begin(), extra.end());
     return arguments;
   }
-
 };
 
 TEST_F(TrainCli, LogCarriesTheHeaderAndEveryIterationField) {
