@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    const std::unique_ptr<Backend> gpu = make_cuda_backend();
+    const std::unique_ptr<Backend> gpu = make_cuda_backend(0);
     std::printf("device   %s\n", gpu->description().c_str());
     if (which == "all" || which == "update") bench_update(*gpu);
     double gemm_ceiling = 0;

@@ -3,12 +3,16 @@
 // fast twin, on the cuda backend when a device answers, else on the cpu backend; the reference
 // engine is the exact CPU twin.
 #include <iostream>
+#include <ostream>
 #include <memory>
 #include <sstream>
 
 #include "cli/command.hpp"
+#include "cli/ranks.hpp"
 #include "core/args.hpp"
 #include "production/backend.hpp"
+#include "production/collectives/mpi.hpp"
+#include "production/collectives/nccl.hpp"
 #include "production/cuda/device.hpp"
 #include "production/run.hpp"
 #include "reference/run.hpp"
@@ -21,6 +25,63 @@ struct TrainCommandState {
   TrainOptions options;
   std::vector<std::int64_t> nonfinite_iterations;
 };
+
+int train(const TrainCommandState& state, const production::MpiSession& session) {
+  LaunchContext launch;
+  launch.allow_zero_train_samples = true;  // SPEC 12: --train-samples 0 --save writes iter 0
+  if (session.active()) launch.launched_world_size = session.world_size();
+  const RunConfig config = build_run_config(state.run, launch);
+  TrainOptions options = state.options;
+  options.test_nonfinite_gradient_iterations = {state.nonfinite_iterations.begin(),
+                                                state.nonfinite_iterations.end()};
+  if (options.engine == "production") {
+    if (options.device == "cuda" && !production::cuda_backend_built()) {
+      std::cerr << "error: --device cuda: the cuda backend is not built yet; fix: use "
+                   "--device cpu (the same production code on the host)\n";
+      return 2;
+    }
+    production::RankSetup ranks;
+    if (session.active()) {
+      ranks.rank = session.rank();
+      ranks.local_rank = session.local_rank();
+      ranks.collectives = [](production::Backend& backend) {
+        return backend.device() == production::Device::cuda ? production::make_nccl_collectives(backend)
+                                                            : production::make_mpi_collectives();
+      };
+      ranks.barrier = [&session] { session.barrier(); };
+    }
+    // Rank 0 speaks for the run; the others' progress would repeat it.
+    std::ostream null_stream(nullptr);
+    std::ostream& out = ranks.rank == 0 ? std::cout : null_stream;
+    const auto summary = production::run_production_training(config, options, out, ranks);
+    if (summary.iterations > 0 && ranks.rank == 0) {
+      std::cout << "loss " << summary.first_loss << " -> " << summary.last_loss << " over "
+                << summary.iterations << " iterations (drop "
+                << summary.first_loss - summary.last_loss << "), skipped updates "
+                << summary.skipped_updates << " [production, "
+                << production::to_string(summary.device) << "]\n";
+    }
+    return 0;
+  }
+  if (session.world_size() > 1) {
+    std::cerr << "error: --engine reference runs in one process (it emulates data parallelism "
+                 "with --data-parallel-size); fix: start it without mpirun/srun\n";
+    return 2;
+  }
+  if (options.device.empty()) options.device = "cpu";  // the reference's only device
+  if (options.device == "cuda") {
+    std::cerr << "error: --device cuda: the reference engine runs on the CPU only (it is the "
+                 "exact twin); fix: use --device cpu or drop --device\n";
+    return 2;
+  }
+  const auto summary = reference::run_reference_training(config, options, std::cout);
+  if (summary.iterations > 0) {
+    std::cout << "loss " << summary.first_loss << " -> " << summary.last_loss << " over "
+              << summary.iterations << " iterations (drop " << summary.first_loss - summary.last_loss
+              << "), skipped updates " << summary.skipped_updates << "\n";
+  }
+  return 0;
+}
 
 Command add_train_command(CLI::App& parent) {
   auto state = std::make_shared<TrainCommandState>();
@@ -68,41 +129,9 @@ Command add_train_command(CLI::App& parent) {
   Command command;
   command.app = sub;
   command.run = [state]() {
-    LaunchContext launch;
-    launch.allow_zero_train_samples = true;  // SPEC 12: --train-samples 0 --save writes iter 0
-    const RunConfig config = build_run_config(state->run, launch);
-    TrainOptions options = state->options;
-    options.test_nonfinite_gradient_iterations = {state->nonfinite_iterations.begin(),
-                                                  state->nonfinite_iterations.end()};
-    if (options.engine == "production") {
-      if (options.device == "cuda" && !production::cuda_backend_built()) {
-        std::cerr << "error: --device cuda: the cuda backend is not built yet; fix: use "
-                     "--device cpu (the same production code on the host)\n";
-        return 2;
-      }
-      const auto summary = production::run_production_training(config, options, std::cout);
-      if (summary.iterations > 0) {
-        std::cout << "loss " << summary.first_loss << " -> " << summary.last_loss << " over "
-                  << summary.iterations << " iterations (drop "
-                  << summary.first_loss - summary.last_loss << "), skipped updates "
-                  << summary.skipped_updates << " [production, "
-                  << production::to_string(summary.device) << "]\n";
-      }
-      return 0;
-    }
-    if (options.device.empty()) options.device = "cpu";  // the reference's only device
-    if (options.device == "cuda") {
-      std::cerr << "error: --device cuda: the reference engine runs on the CPU only (it is the "
-                   "exact twin); fix: use --device cpu or drop --device\n";
-      return 2;
-    }
-    const auto summary = reference::run_reference_training(config, options, std::cout);
-    if (summary.iterations > 0) {
-      std::cout << "loss " << summary.first_loss << " -> " << summary.last_loss << " over "
-                << summary.iterations << " iterations (drop " << summary.first_loss - summary.last_loss
-                << "), skipped updates " << summary.skipped_updates << "\n";
-    }
-    return 0;
+    // Under mpirun/srun every rank runs this; a process started alone is one rank without MPI.
+    production::MpiSession session;
+    return run_as_ranks(session, [&] { return train(*state, session); });
   };
   return command;
 }

@@ -3,6 +3,7 @@
 #include "production/backend.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #include "production/cuda/device.hpp"
 
@@ -18,16 +19,23 @@ bool cuda_backend_built() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(Device device) {
+std::unique_ptr<Backend> make_backend(Device device, int device_index) {
   if (device == Device::cpu) return make_host_backend();
 #ifdef TANDEM_HAVE_CUDA_BACKEND
-  if (tandem::cuda::device_count() == 0) {
+  const int devices = tandem::cuda::device_count();
+  if (devices == 0) {
     throw std::runtime_error("--device cuda: no CUDA device answers (" +
                              tandem::cuda::device_description(0) +
                              "); fix: run on a GPU machine or use --device cpu");
   }
-  return make_cuda_backend();
+  if (device_index < 0 || device_index >= devices) {
+    throw std::runtime_error("--device cuda: this rank's device " + std::to_string(device_index) +
+                             " (its local rank) does not exist; " + std::to_string(devices) +
+                             " devices answer; fix: launch at most one rank per device on a node");
+  }
+  return make_cuda_backend(device_index);
 #else
+  (void)device_index;
   throw std::runtime_error(
       "--device cuda: the cuda backend is not built yet; fix: use --device cpu");
 #endif

@@ -65,6 +65,8 @@ class Backend {
   virtual void copy_to_host(void* host_destination, const void* source, std::int64_t bytes) = 0;
   virtual void copy(void* destination, const void* source, std::int64_t bytes) = 0;
   virtual void synchronize() = 0;  // waits for every op issued so far
+  // The cudaStream_t every op runs on (NCCL enqueues there); null for the cpu backend.
+  virtual void* cuda_stream() const { return nullptr; }
 
   // The step's operations (production/kernels/*.hpp say exactly what each computes).
   virtual void embedding_forward(const EmbeddingForwardParams& params) = 0;
@@ -190,14 +192,15 @@ class ComputeBuffer {
 // Whether this build holds the cuda backend (production/cuda/cuda_backend.cpp).
 bool cuda_backend_built();
 
-// The backend for `device`. Device::cuda throws std::runtime_error "the cuda backend is not built
-// yet" until it is, and names the CUDA error when no device answers.
-std::unique_ptr<Backend> make_backend(Device device);
+// The backend for `device` (for cuda, on CUDA device `device_index`: a rank's local rank).
+// Device::cuda throws std::runtime_error "the cuda backend is not built yet" until it is, and
+// names the CUDA error when no device answers.
+std::unique_ptr<Backend> make_backend(Device device, int device_index = 0);
 
 // The cpu backend (host twins), always built.
 std::unique_ptr<Backend> make_host_backend();
 
-// Defined by production/cuda/cuda_backend.cpp, on CUDA device 0.
-std::unique_ptr<Backend> make_cuda_backend();
+// Defined by production/cuda/cuda_backend.cpp, on CUDA device `device_index`.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
 
 }  // namespace tandem::production

@@ -28,11 +28,17 @@ Device choose_device(const std::string& requested) {
 }
 
 RunSummary run_production_training(const RunConfig& config, const TrainOptions& options,
-                                   std::ostream& out) {
+                                   std::ostream& out, const RankSetup& ranks) {
+  // Rank 0 builds the embedded corpus (when it is used) before the others open it.
+  const bool lead = ranks.rank == 0;
+  if (lead) data::resolve_dataset_prefix(config, options.data_cache);
+  ranks.barrier();
   const std::string data_prefix = data::resolve_dataset_prefix(config, options.data_cache);
   const auto source = data::open_training_samples(config, options.data_cache);
   ProductionOptions production;
   production.device = choose_device(options.device);
+  production.device_index = production.device == Device::cuda ? ranks.local_rank : 0;
+  production.collectives = ranks.collectives;
   production.switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
   Trainer trainer(config, [source](std::int64_t index) { return source->sample(index); }, production);
 
@@ -43,12 +49,17 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
     out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration << "\n";
   }
   const bool saving = !config.checkpoint.save.empty();
+  // Every rank takes part in gathering the state; rank 0 writes it; all wait until it is written.
   auto save = [&]() {
-    const auto path = checkpoint::save_checkpoint(config.checkpoint.save, make_checkpoint_state(trainer));
-    out << "saved checkpoint " << path.string() << "\n";
+    const checkpoint::CheckpointState state = make_checkpoint_state(trainer);
+    if (lead) {
+      const auto path = checkpoint::save_checkpoint(config.checkpoint.save, state);
+      out << "saved checkpoint " << path.string() << "\n";
+    }
+    trainer.collectives().barrier();
   };
 
-  const std::string log_path = resolve_log_path(config, options);
+  const std::string log_path = lead ? resolve_log_path(config, options) : std::string();
   const std::string compute_precision = config.optimizer.bf16 ? "bf16" : "fp32";
   JsonlLog log;
   if (!log_path.empty()) {
@@ -61,7 +72,13 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                          "excluded) per position + 12 x layers x H x hd per unmasked attention "
                          "pair (docs/PRODUCTION.md)"},
                         {"peak_flops_per_second",
-                         trainer.backend().peak_flops_per_second(trainer.compute_dtype())}}}};
+                         trainer.backend().peak_flops_per_second(trainer.compute_dtype())}}},
+        {"data_parallel",
+         {{"ranks", trainer.collectives().size()},
+          {"collectives", trainer.collectives().description()},
+          {"optimizer", trainer.distributed_optimizer() ? "distributed (each rank holds its shard)"
+                                                        : "replicated"},
+          {"shard_elements", trainer.shards().shard_elements}}}};
     log.write(header_record(identity, config, trainer.layout(),
                             config.data.data_path.empty() ? "embedded default corpus" : data_prefix,
                             resumed_iteration, extra));
@@ -75,7 +92,13 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
       << trainer.backend().description() << "; main fp32, compute " << compute_precision << "): "
       << trainer.layout().total_elements << " parameters, " << total_iterations
       << " iterations of " << config.batch.global_batch_size << " samples x "
-      << config.model.seq_length << " tokens\n";
+      << config.model.seq_length << " tokens";
+  if (trainer.collectives().size() > 1) {
+    out << " on " << trainer.collectives().size() << " data-parallel ranks ("
+        << trainer.collectives().description() << "; "
+        << (trainer.distributed_optimizer() ? "distributed" : "replicated") << " optimizer)";
+  }
+  out << "\n";
 
   IterationDriver driver;
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };

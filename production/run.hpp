@@ -1,9 +1,12 @@
 // `tandem train --engine production`: the run around the production trainer, as
 // reference/run.hpp is around the reference — data, resume, the log's header and iteration
-// records, progress lines, checkpoints (F32), the skip limit, --exit-interval.
+// records, progress lines, checkpoints (F32), the skip limit, --exit-interval. With several
+// data-parallel ranks every rank runs this; rank 0 builds the data first, writes the log, the
+// progress lines and the checkpoints.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 
@@ -11,6 +14,7 @@
 #include "core/train/run_support.hpp"
 #include "core/train/train_options.hpp"
 #include "production/backend.hpp"
+#include "production/trainer.hpp"
 
 namespace tandem::production {
 
@@ -23,10 +27,19 @@ struct RunSummary : tandem::RunSummary {
 // a device answers, else cpu. Throws std::runtime_error for an unknown name.
 Device choose_device(const std::string& requested);
 
+// How this process joins the run: one rank by default; under a launcher, production/cli set it
+// from the MPI session (production/collectives/mpi.hpp).
+struct RankSetup {
+  int rank = 0;
+  int local_rank = 0;                      // selects the cuda device
+  CollectivesFactory collectives;          // empty: one rank
+  std::function<void()> barrier = [] {};   // every rank waits here
+};
+
 // Trains config.schedule.train_samples / GBS iterations in all (resuming from --load when given),
 // writing progress to `out`. Throws std::runtime_error on a failure (the skip limit, after its
 // final checkpoint; --device cuda without the cuda backend) and ConfigError on a bad resume.
 RunSummary run_production_training(const RunConfig& config, const TrainOptions& options,
-                                   std::ostream& out);
+                                   std::ostream& out, const RankSetup& ranks = {});
 
 }  // namespace tandem::production

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -15,17 +16,25 @@ namespace {
 // SPEC 6: coeff = clip_grad / (norm + 1e-6).
 constexpr double kClipNormEpsilon = 1e-6;
 
-void require_single_rank(const ParallelConfig& parallel) {
+// Tensor, pipeline and context parallelism are not built yet; data parallelism is.
+void require_data_parallel_only(const ParallelConfig& parallel, int ranks) {
   const auto refuse = [](const char* name, std::int64_t value) {
     throw std::invalid_argument(std::string("production trainer: ") + name + " = " +
                                 std::to_string(value) +
-                                ", but this trainer runs one rank for now (multi-rank DP is the "
-                                "next step); fix: set it to 1 or use --engine reference");
+                                ", but this trainer runs data parallelism only (TP, PP and CP are "
+                                "not built yet); fix: set it to 1");
   };
   if (parallel.tensor_parallel != 1) refuse("--tensor-model-parallel-size", parallel.tensor_parallel);
   if (parallel.pipeline_parallel != 1) refuse("--pipeline-model-parallel-size", parallel.pipeline_parallel);
   if (parallel.context_parallel != 1) refuse("--context-parallel-size", parallel.context_parallel);
-  if (parallel.data_parallel != 1) refuse("--data-parallel-size", parallel.data_parallel);
+  if (parallel.data_parallel != ranks) {
+    throw std::invalid_argument(
+        "production trainer: --data-parallel-size = " + std::to_string(parallel.data_parallel) +
+        ", but " + std::to_string(ranks) + " rank(s) run it (one rank per process); fix: launch " +
+        std::to_string(parallel.data_parallel) + " ranks (mpirun -np " +
+        std::to_string(parallel.data_parallel) + " or srun) or drop --data-parallel-size "
+        "(--engine reference emulates DP in one process)");
+  }
 }
 
 // SPEC 7's hyperparameters for step t in double, rounded to fp32 once.
@@ -92,22 +101,32 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
       layout_(make_model_layout(config.model)),
       samples_(std::move(samples)),
       options_(options) {
-  require_single_rank(config_.parallel);
-  backend_ = make_backend(options_.device);
+  backend_ = make_backend(options_.device, options_.device_index);
+  collectives_ = options_.collectives ? options_.collectives(*backend_) : single_rank_collectives();
+  require_data_parallel_only(config_.parallel, collectives_->size());
   compute_ = config_.optimizer.bf16 ? DType::bf16 : DType::f32;  // SPEC 7
-  segments_ = decay_segments(layout_);
   const std::int64_t n = layout_.total_elements;
+  const int ranks = collectives_->size();
+  shards_ = make_flat_shards(n, ranks, kNormBlockElements);
+  distributed_ = ranks > 1 && config_.parallel.use_distributed_optimizer;
+  state_begin_ = distributed_ ? shards_.begin(collectives_->rank()) : 0;
+  state_count_ = distributed_ ? shards_.count(collectives_->rank()) : n;
+  segments_ = segments_in_range(decay_segments(layout_), state_begin_, state_count_);
 
-  // SPEC 4: fp32 values, bit-identical to every engine's iteration 0.
+  // SPEC 4: fp32 values, bit-identical to every engine's iteration 0; each rank keeps its range.
   const std::vector<float> initial = initial_parameters(config_.model, config_.data.seed);  // [N]
-  main_weights_ = Buffer<float>(*backend_, n);
-  main_weights_.upload(initial);
-  main_grads_ = Buffer<float>(*backend_, n);
-  exp_avg_ = Buffer<float>(*backend_, n);
-  exp_avg_sq_ = Buffer<float>(*backend_, n);
-  if (compute_ != DType::f32) compute_weights_ = ComputeBuffer(*backend_, compute_, n);
-  refresh_compute_weights();
-  norm_blocks_ = Buffer<double>(*backend_, squared_norm_blocks(n, kNormBlockElements));
+  main_weights_ = Buffer<float>(*backend_, state_count_);
+  main_weights_.upload(std::span<const float>(initial).subspan(static_cast<std::size_t>(state_begin_),
+                                                               static_cast<std::size_t>(state_count_)));
+  main_grads_ = Buffer<float>(*backend_, shards_.padded());
+  if (ranks > 1) received_grads_ = Buffer<float>(*backend_, shards_.padded());
+  exp_avg_ = Buffer<float>(*backend_, state_count_);
+  exp_avg_sq_ = Buffer<float>(*backend_, state_count_);
+  if (compute_ != DType::f32 || distributed_) {
+    compute_weights_ = ComputeBuffer(*backend_, compute_, shards_.padded());
+  }
+  publish_compute_weights();
+  norm_blocks_ = Buffer<double>(*backend_, shards_.shard_elements / kNormBlockElements);
 
   DecoderOptions decoder;
   decoder.micro_batch_size = config_.batch.micro_batch_size;
@@ -117,59 +136,123 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   row_losses_ = Buffer<float>(*backend_, config_.microbatches_per_replica() * model_->rows());
 }
 
-void Trainer::refresh_compute_weights() {
-  if (compute_ == DType::f32) return;  // the fp32 compute weights are the main weights
-  backend_->convert(ConvertParams{main_weights_.data(), compute_weights_.data(),
-                                  main_weights_.size(), DType::f32, compute_});
+// The compute weights from this rank's main state: converted (bf16) or copied (fp32 with the
+// distributed optimizer) into the compute buffer at the state's offset, then all-gathered from
+// the shards' owners when the state is sharded. fp32 with a whole state: the main weights serve.
+void Trainer::publish_compute_weights() {
+  if (compute_weights_.size() == 0) return;
+  if (state_count_ > 0) {
+    backend_->convert(ConvertParams{main_weights_.data(), compute_weights_.at(state_begin_),
+                                    state_count_, DType::f32, compute_});
+  }
+  if (distributed_) {
+    collectives_->all_gather_in_place(compute_weights_.data(),
+                                      shards_.shard_elements * dtype_bytes(compute_));
+  }
 }
 
 const void* Trainer::compute_weights() const {
-  return compute_ == DType::f32 ? static_cast<const void*>(main_weights_.data())
-                                : compute_weights_.data();
+  return compute_weights_.size() == 0 ? static_cast<const void*>(main_weights_.data())
+                                      : compute_weights_.data();
 }
 
 std::vector<Sample> Trainer::microbatch_samples(std::int64_t microbatch) const {
   const std::int64_t mbs = config_.batch.micro_batch_size;
-  // SPEC 2 with DP = 1: microbatch m takes consumed + m*mbs + [0, mbs).
-  const std::int64_t first = counters_.consumed_samples + microbatch * mbs;
+  const std::int64_t ranks = collectives_->size();
+  // SPEC 2: microbatch m on DP rank r takes consumed + m*mbs*DP + r*mbs + [0, mbs).
+  const std::int64_t first = counters_.consumed_samples + microbatch * mbs * ranks + collectives_->rank() * mbs;
   std::vector<Sample> batch;
   batch.reserve(static_cast<std::size_t>(mbs));
   for (std::int64_t j = 0; j < mbs; ++j) batch.push_back(samples_(first + j));
   return batch;
 }
 
+// SPEC 1 "reduction over replicas": each rank receives every rank's copy of its shard and sums
+// them in rank order, ((g_0 + g_1) + g_2) + ..., in fp32 with the backend's add; the replicated
+// optimizer then all-gathers the reduced shards.
+void Trainer::reduce_gradients() {
+  if (collectives_->size() == 1) return;
+  const std::int64_t shard = shards_.shard_elements;
+  collectives_->all_to_all(main_grads_.data(), received_grads_.data(), shard);
+  float* mine = main_grads_.at(collectives_->rank() * shard);
+  backend_->copy(mine, received_grads_.data(), shard * static_cast<std::int64_t>(sizeof(float)));
+  for (int from = 1; from < collectives_->size(); ++from) {
+    backend_->add(AddParams{mine, received_grads_.at(from * shard), mine, shard, DType::f32});
+  }
+  if (!distributed_) {
+    collectives_->all_gather_in_place(main_grads_.data(), shard * static_cast<std::int64_t>(sizeof(float)));
+  }
+}
+
+// The whole flat range [N] of a main-state buffer: downloaded when whole on this rank, else each
+// rank's shard all-gathered through a padded scratch buffer.
+std::vector<float> Trainer::gather_flat(const Buffer<float>& state_range) const {
+  if (!distributed_) return state_range.download();
+  Buffer<float> whole(*backend_, shards_.padded());  // [DP x S]
+  if (state_count_ > 0) {
+    backend_->copy(whole.at(state_begin_), state_range.data(),
+                   state_count_ * static_cast<std::int64_t>(sizeof(float)));
+  }
+  collectives_->all_gather_in_place(whole.data(), shards_.shard_elements * static_cast<std::int64_t>(sizeof(float)));
+  return whole.download(0, shards_.total);
+}
+
 HostState Trainer::host_state() const {
   HostState state;
-  state.params = main_weights_.download();
-  state.exp_avg = exp_avg_.download();
-  state.exp_avg_sq = exp_avg_sq_.download();
+  state.params = gather_flat(main_weights_);
+  state.exp_avg = gather_flat(exp_avg_);
+  state.exp_avg_sq = gather_flat(exp_avg_sq_);
   state.counters = counters_;
   return state;
 }
 
 void Trainer::restore(const HostState& state) {
-  main_weights_.upload(state.params);
-  exp_avg_.upload(state.exp_avg);
-  exp_avg_sq_.upload(state.exp_avg_sq);
+  const auto range = [this](const std::vector<float>& whole) {
+    if (static_cast<std::int64_t>(whole.size()) != shards_.total) {
+      throw std::invalid_argument("Trainer::restore: " + std::to_string(whole.size()) +
+                                  " elements for a model of " + std::to_string(shards_.total));
+    }
+    return std::span<const float>(whole).subspan(static_cast<std::size_t>(state_begin_),
+                                                 static_cast<std::size_t>(state_count_));
+  };
+  main_weights_.upload(range(state.params));
+  exp_avg_.upload(range(state.exp_avg));
+  exp_avg_sq_.upload(range(state.exp_avg_sq));
   counters_ = state.counters;
-  refresh_compute_weights();
+  publish_compute_weights();
 }
 
+// --audit-params: the owner of each audited element (the shard's rank with the distributed
+// optimizer, else rank 0, whose whole state every rank equals) reports it; one gather shares it.
 std::vector<AuditEntry> Trainer::audit_before_update(const IterationRecord& record) const {
+  constexpr std::size_t kValues = 4;  // old value, gradient, old m, old v
+  std::vector<double> mine(audit_elements_.size() * kValues, 0.0);
+  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
+    const std::int64_t local = audit_elements_[i] - state_begin_;
+    if (local < 0 || local >= state_count_) continue;
+    // The fp32 values, widened exactly (SPEC 12: tandem audit reads "main_precision":"fp32").
+    mine[i * kValues + 0] = main_weights_.download(local, 1).front();
+    mine[i * kValues + 1] = main_grads_.download(audit_elements_[i], 1).front();
+    mine[i * kValues + 2] = exp_avg_.download(local, 1).front();
+    mine[i * kValues + 3] = exp_avg_sq_.download(local, 1).front();
+  }
+  const std::vector<double> all = collectives_->size() == 1 ? mine : all_gather_values(*collectives_, mine);
+
   std::vector<AuditEntry> entries;
   std::size_t tensor = 0;
-  for (const std::int64_t flat : audit_elements_) {
+  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
+    const std::int64_t flat = audit_elements_[i];
     while (layout_.tensors[tensor].offset + layout_.tensors[tensor].numel <= flat) ++tensor;
     const ParameterTensor& owner = layout_.tensors[tensor];
+    const std::size_t at = static_cast<std::size_t>(distributed_ ? shards_.owner(flat) : 0) * mine.size() + i * kValues;
     AuditEntry entry;
     entry.tensor = owner.name;
     entry.element = flat - owner.offset;
     entry.group = to_string(owner.decay_group);
-    // The fp32 values, widened exactly (SPEC 12: tandem audit reads "main_precision":"fp32").
-    entry.old_value = main_weights_.download(flat, 1).front();
-    entry.grad = main_grads_.download(flat, 1).front();
-    entry.old_m = exp_avg_.download(flat, 1).front();
-    entry.old_v = exp_avg_sq_.download(flat, 1).front();
+    entry.old_value = all[at + 0];
+    entry.grad = all[at + 1];
+    entry.old_m = all[at + 2];
+    entry.old_v = all[at + 3];
     entry.lr = record.lr;
     entry.wd = owner.decay_group == DecayGroup::decay ? record.wd : 0.0;
     entries.push_back(entry);
@@ -178,11 +261,21 @@ std::vector<AuditEntry> Trainer::audit_before_update(const IterationRecord& reco
 }
 
 void Trainer::audit_after_update(std::vector<AuditEntry>& entries) const {
+  constexpr std::size_t kValues = 3;  // m, v, new value
+  std::vector<double> mine(audit_elements_.size() * kValues, 0.0);
+  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
+    const std::int64_t local = audit_elements_[i] - state_begin_;
+    if (local < 0 || local >= state_count_) continue;
+    mine[i * kValues + 0] = exp_avg_.download(local, 1).front();
+    mine[i * kValues + 1] = exp_avg_sq_.download(local, 1).front();
+    mine[i * kValues + 2] = main_weights_.download(local, 1).front();
+  }
+  const std::vector<double> all = collectives_->size() == 1 ? mine : all_gather_values(*collectives_, mine);
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    const std::int64_t flat = audit_elements_[i];
-    entries[i].m = exp_avg_.download(flat, 1).front();
-    entries[i].v = exp_avg_sq_.download(flat, 1).front();
-    entries[i].new_value = main_weights_.download(flat, 1).front();
+    const std::size_t at = static_cast<std::size_t>(distributed_ ? shards_.owner(audit_elements_[i]) : 0) * mine.size() + i * kValues;
+    entries[i].m = all[at + 0];
+    entries[i].v = all[at + 1];
+    entries[i].new_value = all[at + 2];
     entries[i].step = counters_.successful_updates;
   }
 }
@@ -191,27 +284,39 @@ IterationRecord Trainer::run_iteration() {
   const auto started = std::chrono::steady_clock::now();
   const std::int64_t gbs = config_.batch.global_batch_size;
   const std::int64_t microbatches = config_.microbatches_per_replica();
+  const std::int64_t ranks = collectives_->size();
   const std::int64_t rows = model_->rows();  // positions per microbatch
   const bool per_token = config_.data.loss_normalization == LossNormalization::per_token;
   IterationRecord record;
   record.iteration = counters_.iteration + 1;
 
-  // 1. The global batch, and its loss tokens (SPEC 5: the per-token denominator).
+  // 1. This rank's microbatches; the global batch's token counts and model FLOPs (SPEC 5: the
+  // per-token denominator is the whole global batch's), gathered from every rank.
   std::vector<std::vector<Sample>> batch(static_cast<std::size_t>(microbatches));
-  std::int64_t global_loss_tokens = 0;
+  std::vector<double> local_counts(4, 0.0);  // input, loss, pad tokens; model FLOPs
   for (std::int64_t m = 0; m < microbatches; ++m) {
     batch[static_cast<std::size_t>(m)] = microbatch_samples(m);
     for (const Sample& sample : batch[static_cast<std::size_t>(m)]) {
-      record.input_tokens += sample.input_tokens;
-      record.loss_tokens += sample.loss_tokens;
-      record.pad_tokens += sample.pad_tokens;
-      global_loss_tokens += sample.loss_tokens;
+      local_counts[0] += static_cast<double>(sample.input_tokens);
+      local_counts[1] += static_cast<double>(sample.loss_tokens);
+      local_counts[2] += static_cast<double>(sample.pad_tokens);
     }
+    local_counts[3] += model_flops(config_.model, batch[static_cast<std::size_t>(m)]);
   }
+  const std::vector<double> counts = all_gather_values(*collectives_, local_counts);  // [DP, 4]
+  double flops = 0.0;
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    // Token counts are integers far below 2^53: exact in double.
+    record.input_tokens += static_cast<std::int64_t>(counts[static_cast<std::size_t>(r * 4 + 0)]);
+    record.loss_tokens += static_cast<std::int64_t>(counts[static_cast<std::size_t>(r * 4 + 1)]);
+    record.pad_tokens += static_cast<std::int64_t>(counts[static_cast<std::size_t>(r * 4 + 2)]);
+    flops += counts[static_cast<std::size_t>(r * 4 + 3)];
+  }
+  const std::int64_t global_loss_tokens = record.loss_tokens;
 
   // 2. Forward/backward of every microbatch, fp32 main gradients accumulated across them.
   // SPEC 5 scales as the reference: 1/(global loss tokens) per-token; microbatch-mean
-  // 1/(microbatch loss tokens x microbatches); 0 without loss tokens. Rounded to fp32 once.
+  // 1/(microbatch loss tokens x microbatches x DP); 0 without loss tokens. Rounded to fp32 once.
   main_grads_.zero();
   for (std::int64_t m = 0; m < microbatches; ++m) {
     const auto& samples = batch[static_cast<std::size_t>(m)];
@@ -221,34 +326,53 @@ IterationRecord Trainer::run_iteration() {
     if (per_token && global_loss_tokens > 0) {
       loss_scale = 1.0 / static_cast<double>(global_loss_tokens);
     } else if (!per_token && microbatch_loss_tokens > 0) {
-      loss_scale = 1.0 / (static_cast<double>(microbatch_loss_tokens) * static_cast<double>(microbatches));
+      loss_scale = 1.0 / (static_cast<double>(microbatch_loss_tokens) *
+                          static_cast<double>(microbatches * ranks));
     }
     model_->forward_backward(samples, compute_weights(), static_cast<float>(loss_scale),
                              main_grads_.data(), row_losses_.at(m * rows));
   }
 
-  // 3. Data-parallel reduction of main_grads_ (sum over replicas): the identity on one rank.
-  // The multi-rank trainer all-reduces (or reduce-scatters, with the distributed optimizer) here.
-  if (options_.switches.nonfinite_gradient_iterations.count(record.iteration) != 0) {
+  // 3. The reduction over replicas (DP > 1), then the test switch on the reduced gradient.
+  reduce_gradients();
+  if (options_.switches.nonfinite_gradient_iterations.count(record.iteration) != 0 && state_begin_ == 0 &&
+      state_count_ > 0) {
     const float not_a_number = std::nanf("");
     backend_->copy_from_host(main_grads_.data(), &not_a_number, sizeof(float));
   }
-  if (keep_last_gradient_) last_gradient_ = main_grads_.download();
+  if (keep_last_gradient_) {
+    if (distributed_) {
+      collectives_->all_gather_in_place(main_grads_.data(),
+                                        shards_.shard_elements * static_cast<std::int64_t>(sizeof(float)));
+    }
+    last_gradient_ = main_grads_.download(0, shards_.total);
+  }
 
-  // SPEC 5: the logged loss is the global token-weighted mean; rows summed in double, in order.
+  // SPEC 5: the logged loss is the global token-weighted mean: each microbatch's rows summed in
+  // double, in order, then the microbatches in global order (m, then rank), whatever the DP size.
   const std::vector<float> row_losses = row_losses_.download();  // [microbatches * rows]
+  std::vector<double> microbatch_losses(static_cast<std::size_t>(microbatches), 0.0);
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    for (std::int64_t row = 0; row < rows; ++row) {
+      microbatch_losses[static_cast<std::size_t>(m)] += static_cast<double>(row_losses[static_cast<std::size_t>(m * rows + row)]);
+    }
+  }
+  const std::vector<double> all_losses = all_gather_values(*collectives_, microbatch_losses);  // [DP, M]
   double loss_sum = 0.0;
-  for (const float loss : row_losses) loss_sum += static_cast<double>(loss);
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    for (std::int64_t r = 0; r < ranks; ++r) loss_sum += all_losses[static_cast<std::size_t>(r * microbatches + m)];
+  }
   last_loss_sum_ = loss_sum;
   const double loss = global_loss_tokens > 0 ? loss_sum / static_cast<double>(global_loss_tokens) : 0.0;
   record.loss = loss;
 
-  // 4. SPEC 6: norm from fixed-order partial sums over the flat buffer (each element once).
-  backend_->squared_norm(SquaredNormParams{main_grads_.data(), norm_blocks_.data(),
-                                           main_grads_.size(), kNormBlockElements});
+  // 4. SPEC 6: the norm from fixed-order partial sums: each rank's shard's blocks, gathered, and
+  // summed in flat order (each element once).
+  const std::int64_t shard = shards_.shard_elements;
+  backend_->squared_norm(SquaredNormParams{main_grads_.at(collectives_->rank() * shard), norm_blocks_.data(),
+                                           shard, kNormBlockElements});
   double sum_of_squares = 0.0;
-  for (const double block : norm_blocks_.download()) sum_of_squares += block;
-  // (DP > 1: the partial sums of the ranks' shards are all-reduced here.)
+  for (const double block : all_gather_values(*collectives_, norm_blocks_.download())) sum_of_squares += block;
   const double grad_norm = std::sqrt(sum_of_squares);
   record.grad_norm = grad_norm;
 
@@ -268,26 +392,34 @@ IterationRecord Trainer::run_iteration() {
       if (coeff < 1.0) {
         clip_coeff = coeff;
         record.clipped = true;
-        backend_->scale(ScaleParams{main_grads_.data(), main_grads_.size(), static_cast<float>(coeff)});
+        backend_->scale(ScaleParams{main_grads_.at(state_begin_), state_count_, static_cast<float>(coeff)});
       }
     }
     record.clip_coeff = clip_coeff;
 
-    // 7. SPEC 7: fused AdamW over the flat range, then the bf16 compute copy.
+    // 7. SPEC 7: fused AdamW over this rank's state range, then the compute copy.
     const std::int64_t step = counters_.successful_updates + 1;
     std::vector<AuditEntry> audit = audit_before_update(record);
     AdamwParams adamw;
     adamw.params = main_weights_.data();
     adamw.exp_avg = exp_avg_.data();
     adamw.exp_avg_sq = exp_avg_sq_.data();
-    adamw.grads = main_grads_.data();
-    adamw.compute_weights = compute_ == DType::f32 ? nullptr : compute_weights_.data();
+    adamw.grads = main_grads_.at(state_begin_);
+    adamw.compute_weights = compute_ == DType::f32 ? nullptr : compute_weights_.at(state_begin_);
     adamw.compute_dtype = compute_;
-    adamw.count = main_weights_.size();
+    adamw.count = state_count_;
     adamw.segments = segments_.data();
     adamw.segment_count = static_cast<std::int64_t>(segments_.size());
     adamw.hyper = adamw_hyper(config_.optimizer, step, lr, wd);
     backend_->adamw(adamw);
+    if (distributed_) {
+      // fp32 compute: the shard's new weights into the compute copy; then every rank's shard.
+      if (compute_ == DType::f32 && state_count_ > 0) {
+        backend_->copy(compute_weights_.at(state_begin_), main_weights_.data(),
+                       state_count_ * static_cast<std::int64_t>(sizeof(float)));
+      }
+      collectives_->all_gather_in_place(compute_weights_.data(), shard * dtype_bytes(compute_));
+    }
 
     // 8. Schedule and counters of a successful update.
     counters_.successful_updates = step;
@@ -315,11 +447,12 @@ IterationRecord Trainer::run_iteration() {
   record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   record.tokens_per_second =
       record.seconds > 0 ? static_cast<double>(record.input_tokens) / record.seconds : 0.0;
-  double flops = 0.0;
-  for (const auto& microbatch : batch) flops += model_flops(config_.model, microbatch);
   record.model_flops = flops;
+  // MFU over every rank's device: the global batch's FLOPs / (seconds x DP x peak).
   const double peak = backend_->peak_flops_per_second(compute_);
-  if (peak > 0 && record.seconds > 0) record.mfu = *record.model_flops / record.seconds / peak;
+  if (peak > 0 && record.seconds > 0) {
+    record.mfu = flops / record.seconds / (peak * static_cast<double>(ranks));
+  }
   return record;
 }
 

@@ -3,10 +3,18 @@
 // production state: fp32 main weights, fp32 main gradients accumulated over microbatches, fp32 m
 // and v, and a bf16 compute copy of the weights with --bf16.
 //
-// One rank for now. The update path is already shaped for a distributed optimizer: gradients,
-// weights and moments are contiguous fp32 buffers in the flat layout (core/model_layout.hpp), the
-// norm is a sum of fixed-order partial sums, and AdamW runs over a flat range with decay segments,
-// so a DP rank will run the same calls on its shard [begin, end) after a reduce-scatter.
+// Data parallel (DP ranks, one Trainer per rank, exchanging through production/collectives/):
+// rank r reads its own microbatches (SPEC 2), accumulates its fp32 main gradients, and the ranks
+// reduce-scatter them: each rank receives every rank's copy of its shard (sharding.hpp) and sums
+// them in rank order with its backend, so the reduction's bits do not depend on the transport.
+// The norm sums fixed blocks that never straddle a shard. Then either
+//   - the distributed optimizer (--use-distributed-optimizer, Megatron's): each rank keeps only
+//     its shard of the main weights, m and v, runs AdamW on it and all-gathers the compute
+//     weights; or
+//   - the replicated optimizer (Megatron's default): the reduced shards are all-gathered and every
+//     rank runs AdamW over the whole buffer.
+// Both compute every element with the same operations on the same inputs: their states are
+// bitwise equal (tests/production_data_parallel_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +29,9 @@
 #include "core/train/main_state.hpp"
 #include "core/train/records.hpp"
 #include "production/backend.hpp"
+#include "production/collectives/collectives.hpp"
 #include "production/model.hpp"
+#include "production/sharding.hpp"
 
 namespace tandem::production {
 
@@ -32,9 +42,14 @@ struct TestSwitches {
   std::set<std::int64_t> nonfinite_gradient_iterations;
 };
 
+// This rank's collectives, made once its backend exists (NCCL needs the backend's stream).
+using CollectivesFactory = std::function<std::shared_ptr<Collectives>(Backend& backend)>;
+
 struct ProductionOptions {
   Device device = Device::cpu;
+  int device_index = 0;                // cuda device of this rank (its local rank)
   std::int64_t logits_chunk_rows = 0;  // fused cross-entropy chunk; 0 = DecoderModel's default
+  CollectivesFactory collectives;      // empty: one rank; else size() must equal DP
   TestSwitches switches;
 };
 
@@ -43,8 +58,9 @@ using HostState = MainState<float>;
 
 using SampleProvider = std::function<Sample(std::int64_t global_index)>;
 
-// Elements of the flat buffer per norm partial sum (SPEC 6): fixed, so the norm's order is too.
-inline constexpr std::int64_t kNormBlockElements = std::int64_t{1} << 16;
+// Elements of the flat buffer per norm partial sum (SPEC 6): fixed, so the norm's order is too,
+// and the alignment of the data-parallel shards (sharding.hpp), so a block never straddles two.
+inline constexpr std::int64_t kNormBlockElements = std::int64_t{1} << 10;
 
 // Consecutive tensors of one decay group as AdamW segments over the flat range [0, N) (SPEC 7).
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout);
@@ -57,11 +73,14 @@ double model_flops(const ModelConfig& config, const std::vector<Sample>& samples
 class Trainer {
  public:
   // Initializes the weights from the config's seed (SPEC 4), moments to 0, counters to 0.
-  // Throws std::invalid_argument for a layout this single-rank trainer does not run (TP, PP, CP
-  // or DP > 1) and std::runtime_error when the backend cannot be built.
+  // Throws std::invalid_argument for a layout this trainer does not run (TP, PP or CP > 1; DP
+  // different from the collectives' size) and std::runtime_error when the backend cannot be built.
+  // With DP > 1 every rank constructs its Trainer and then calls the same methods in the same
+  // order: run_iteration, host_state and restore exchange data with the other ranks.
   Trainer(const RunConfig& config, SampleProvider samples, const ProductionOptions& options);
 
-  // One iteration: a successful or a skipped update. Fills the record SPEC 12 asks for.
+  // One iteration: a successful or a skipped update. Fills the record SPEC 12 asks for, with the
+  // global batch's numbers on every rank.
   IterationRecord run_iteration();
 
   const RunConfig& config() const { return config_; }
@@ -70,8 +89,13 @@ class Trainer {
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
   DType compute_dtype() const { return compute_; }
+  Collectives& collectives() const { return *collectives_; }
+  const FlatShards& shards() const { return shards_; }
+  // Whether this rank holds only its shard of the main state (--use-distributed-optimizer, DP > 1).
+  bool distributed_optimizer() const { return distributed_; }
 
-  // The main state (downloaded), and its restoration (uploads, then rewrites the bf16 copy).
+  // The whole main state (downloaded; gathered from the shards with the distributed optimizer),
+  // and its restoration (each rank uploads its range, then the compute copy is rebuilt).
   HostState host_state() const;
   void restore(const HostState& state);
 
@@ -79,7 +103,7 @@ class Trainer {
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }
 
   // Tests: keep a host copy of each iteration's reduced, pre-clip main gradient [N] (one
-  // download per iteration), read by last_gradient().
+  // download per iteration; gathered from the shards with the distributed optimizer).
   void keep_last_gradient(bool keep) { keep_last_gradient_ = keep; }
   const std::vector<float>& last_gradient() const { return last_gradient_; }
   // The last iteration's masked CE sum (double, summed over rows in order) for tests.
@@ -87,8 +111,10 @@ class Trainer {
 
  private:
   std::vector<Sample> microbatch_samples(std::int64_t microbatch) const;
-  void refresh_compute_weights();
+  void reduce_gradients();
+  void publish_compute_weights();
   const void* compute_weights() const;
+  std::vector<float> gather_flat(const Buffer<float>& state_range) const;
   std::vector<AuditEntry> audit_before_update(const IterationRecord& record) const;
   void audit_after_update(std::vector<AuditEntry>& entries) const;
 
@@ -97,17 +123,26 @@ class Trainer {
   SampleProvider samples_;
   ProductionOptions options_;
   std::unique_ptr<Backend> backend_;
+  std::shared_ptr<Collectives> collectives_;
+  FlatShards shards_;
+  bool distributed_ = false;
+  // The main state's range on this rank: its shard (distributed optimizer) or [0, N).
+  std::int64_t state_begin_ = 0;
+  std::int64_t state_count_ = 0;
   DType compute_ = DType::f32;
-  std::vector<DecaySegment> segments_;
+  std::vector<DecaySegment> segments_;  // AdamW's segments over the state range
   Counters counters_;
   std::vector<std::int64_t> audit_elements_;
 
-  Buffer<float> main_weights_;     // [N] fp32
-  Buffer<float> main_grads_;       // [N] fp32, accumulated over microbatches
-  Buffer<float> exp_avg_;          // [N] fp32 m
-  Buffer<float> exp_avg_sq_;       // [N] fp32 v
-  ComputeBuffer compute_weights_;  // [N] bf16 copy with --bf16; empty for fp32
-  Buffer<double> norm_blocks_;     // [ceil(N / kNormBlockElements)] squared-norm partial sums
+  Buffer<float> main_weights_;     // [state_count] fp32
+  Buffer<float> main_grads_;       // [DP x S] fp32, accumulated over microbatches, zero padding
+  Buffer<float> received_grads_;   // [DP x S] the reduce-scatter's receive (DP > 1 only)
+  Buffer<float> exp_avg_;          // [state_count] fp32 m
+  Buffer<float> exp_avg_sq_;       // [state_count] fp32 v
+  // [DP x S] compute copy: bf16 with --bf16; fp32 with the distributed optimizer; empty when the
+  // fp32 main weights are whole on this rank and serve as the compute weights.
+  ComputeBuffer compute_weights_;
+  Buffer<double> norm_blocks_;     // [S / kNormBlockElements] this shard's squared-norm partials
   Buffer<float> row_losses_;       // [microbatches, mbs*seq] masked CE per position
   std::unique_ptr<DecoderModel> model_;
 

@@ -142,7 +142,7 @@ class CudaOps : public ::testing::TestWithParam<DType> {
     if (tandem::cuda::device_count() == 0) {
       GTEST_SKIP() << "no CUDA device answers (" << tandem::cuda::device_description(0) << ")";
     }
-    gpu_ = make_cuda_backend();
+    gpu_ = make_cuda_backend(0);
   }
   DType dtype() const { return GetParam(); }
 

@@ -22,9 +22,9 @@ constexpr std::int64_t kWorkspaceBytes = std::int64_t{256} << 20;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
-    TANDEM_CUDA_CHECK(cudaSetDevice(0));
-    TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&properties_, 0));
+  explicit CudaBackend(int device_index) : device_index_(device_index) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device_index_));
+    TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device_index_));
     TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cublasLtHandle_t handle = nullptr;
     TANDEM_CUBLAS_CHECK(cublasLtCreate(&handle));
@@ -47,7 +47,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda; }
 
   std::string description() const override {
-    return tandem::cuda::device_description(0) + "; gemm: " + tandem::cuda::gemm_policy();
+    return tandem::cuda::device_description(device_index_) + "; gemm: " + tandem::cuda::gemm_policy();
   }
 
   // Dense tensor-core peak for bf16, the CUDA-core fp32 rate for f32 (GEMMs in true fp32), by the
@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(destination, source, static_cast<std::size_t>(bytes),
                                       cudaMemcpyDeviceToDevice, stream_));
   }
+  void* cuda_stream() const override { return stream_; }
   void synchronize() override { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void embedding_forward(const EmbeddingForwardParams& p) override { embedding_forward_cuda(p, launch_); }
@@ -118,6 +119,7 @@ class CudaBackend final : public Backend {
   void scale(const ScaleParams& p) override { scale_cuda(p, launch_); }
 
  private:
+  int device_index_ = 0;
   cudaDeviceProp properties_{};
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t blas_ = nullptr;
@@ -127,6 +129,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<CudaBackend>(device_index);
+}
 
 }  // namespace tandem::production

@@ -1,0 +1,40 @@
+// The one-rank collectives and the vector form of all_gather_host (collectives.hpp).
+#include "production/collectives/collectives.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace tandem::production {
+namespace {
+
+class SingleRank final : public Collectives {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string description() const override { return "one rank"; }
+  void all_gather_host(const double* sent, double* received, std::int64_t count) override {
+    std::copy(sent, sent + count, received);
+  }
+  void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
+    // Host or device memory alike would need the backend; the trainer never calls the data plane
+    // with one rank (there is nothing to exchange), so reaching this is a bug.
+    (void)sent, (void)received, (void)chunk;
+    throw std::logic_error("single_rank_collectives: all_to_all is never needed with one rank");
+  }
+  void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
+    (void)buffer, (void)chunk_bytes;  // one rank already holds every part
+  }
+  void barrier() override {}
+};
+
+}  // namespace
+
+std::shared_ptr<Collectives> single_rank_collectives() { return std::make_shared<SingleRank>(); }
+
+std::vector<double> all_gather_values(Collectives& collectives, std::span<const double> values) {
+  std::vector<double> received(values.size() * static_cast<std::size_t>(collectives.size()));
+  collectives.all_gather_host(values.data(), received.data(), static_cast<std::int64_t>(values.size()));
+  return received;
+}
+
+}  // namespace tandem::production

@@ -1,0 +1,56 @@
+// How the data-parallel ranks of the production trainer exchange data. The trainer
+// (production/trainer.hpp) is written once against `Collectives`; the implementations differ only
+// in transport:
+//   - one rank:        single_rank_collectives() (every exchange is the identity);
+//   - MPI ranks:       mpi.hpp (mpirun / srun; host memory: the cpu backend, and CI);
+//   - NCCL:            nccl.hpp (device memory on the cuda backend; MPI is the control plane);
+//   - threads:         thread_group.hpp (several ranks inside one process, for the tests and the
+//                      equivalence harness; host memory).
+// None of them reduces: every exchange only moves bytes, and the trainer sums what it receives in
+// rank order with its backend's own ops. So the result of a reduction is the same bits on every
+// transport, and a run is bitwise reproducible whatever algorithm MPI or NCCL would pick.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem::production {
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  Collectives() = default;
+  Collectives(const Collectives&) = delete;
+  Collectives& operator=(const Collectives&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // For the log header: "one rank", "MPI, 4 ranks", "NCCL data + MPI control, 8 ranks".
+  virtual std::string description() const = 0;
+
+  // Control plane, host memory, every rank calls it with the same `count`:
+  // received[r * count + i] = rank r's sent[i]. Counts and partial sums of a step.
+  virtual void all_gather_host(const double* sent, double* received, std::int64_t count) = 0;
+
+  // Data plane, memory of the trainer's backend. Every rank sends chunk s of `sent`
+  // ([size, chunk] floats) to rank s: received[s * chunk + i] = rank s's sent[rank() * chunk + i].
+  // The reduce-scatter of the main gradients (the trainer then sums `received` in rank order).
+  virtual void all_to_all(const float* sent, float* received, std::int64_t chunk) = 0;
+
+  // Data plane, in place: `buffer` is [size, chunk_bytes]; afterwards every rank holds every
+  // rank's part r (its bytes [r * chunk_bytes, (r + 1) * chunk_bytes)) as that rank had it.
+  virtual void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) = 0;
+
+  virtual void barrier() = 0;
+};
+
+// The identity: one rank, nothing to exchange.
+std::shared_ptr<Collectives> single_rank_collectives();
+
+// all_gather_host on a vector: [size() * values.size()] in rank order.
+std::vector<double> all_gather_values(Collectives& collectives, std::span<const double> values);
+
+}  // namespace tandem::production

@@ -1,0 +1,109 @@
+// MPI ranks (mpi.hpp).
+#include "production/collectives/mpi.hpp"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace tandem::production {
+namespace {
+
+void check(int status, const char* call) {
+  if (status == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(status, message, &length);
+  throw std::runtime_error(std::string(call) + " failed: " + std::string(message, static_cast<std::size_t>(length)));
+}
+
+int int_count(std::int64_t count, const char* exchange) {
+  if (count < 0 || count > INT_MAX) {
+    throw std::runtime_error(std::string(exchange) + ": " + std::to_string(count) +
+                             " elements exceed MPI's int counts; fix: more data-parallel ranks, or "
+                             "the cuda backend (NCCL)");
+  }
+  return static_cast<int>(count);
+}
+
+class MpiCollectives final : public Collectives {
+ public:
+  MpiCollectives() {
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string description() const override {
+    return "MPI (host memory), " + std::to_string(size_) + " ranks";
+  }
+  void all_gather_host(const double* sent, double* received, std::int64_t count) override {
+    const int n = int_count(count, "all_gather_host");
+    check(MPI_Allgather(sent, n, MPI_DOUBLE, received, n, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather");
+  }
+  void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
+    const int n = int_count(chunk, "all_to_all");
+    check(MPI_Alltoall(sent, n, MPI_FLOAT, received, n, MPI_FLOAT, MPI_COMM_WORLD), "MPI_Alltoall");
+  }
+  void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
+    const int n = int_count(chunk_bytes, "all_gather_in_place");
+    check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, n, MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Allgather");
+  }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+bool launched_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+MpiSession::MpiSession(bool force) {
+  if (!force && !launched_by_mpi_launcher()) return;
+  int initialized = 0;
+  check(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized) throw std::logic_error("MpiSession: MPI is already initialized (one session per process)");
+  int provided = 0;
+  // Funneled: only the thread that created the session calls MPI.
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  active_ = true;
+  check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size");
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type");
+  check(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank");
+  MPI_Comm_free(&node);
+}
+
+MpiSession::~MpiSession() {
+  if (active_) MPI_Finalize();  // a destructor does not throw; the status is deliberately ignored
+}
+
+void MpiSession::barrier() const {
+  if (active_) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+}
+
+void MpiSession::abort(int exit_code) const {
+  if (active_) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);
+}
+
+std::shared_ptr<Collectives> make_mpi_collectives() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw std::logic_error("make_mpi_collectives: no active MpiSession");
+  return std::make_shared<MpiCollectives>();
+}
+
+}  // namespace tandem::production

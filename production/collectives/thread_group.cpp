@@ -1,0 +1,138 @@
+// Ranks as threads of one process (thread_group.hpp).
+#include "production/collectives/thread_group.hpp"
+
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+namespace tandem::production {
+namespace {
+
+// What the ranks of one group share: a reusable barrier that can be abandoned, and each rank's
+// published pointer for the exchange in progress.
+struct Shared {
+  explicit Shared(int size) : size(size), published(static_cast<std::size_t>(size), nullptr) {}
+
+  // Waits until every rank arrives; throws once the group is abandoned.
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex);
+    if (abandoned) throw std::runtime_error("thread group abandoned: another rank failed");
+    const std::uint64_t generation_now = generation;
+    if (++arrived == size) {
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+      return;
+    }
+    changed.wait(lock, [&] { return generation != generation_now || abandoned; });
+    if (abandoned) throw std::runtime_error("thread group abandoned: another rank failed");
+  }
+  void abandon() {
+    std::lock_guard lock(mutex);
+    abandoned = true;
+    changed.notify_all();
+  }
+
+  const int size;
+  std::vector<const void*> published;  // [size] this exchange's pointer of each rank
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  std::uint64_t generation = 0;
+  bool abandoned = false;
+};
+
+class ThreadRank final : public Collectives {
+ public:
+  ThreadRank(std::shared_ptr<Shared> shared, int rank) : shared_(std::move(shared)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return shared_->size; }
+  std::string description() const override {
+    return "threads of one process, " + std::to_string(shared_->size) + " ranks";
+  }
+  // Each exchange: publish a pointer, wait for all, copy from the others, wait again (so no rank
+  // reuses its memory while another still reads it).
+  void all_gather_host(const double* sent, double* received, std::int64_t count) override {
+    exchange(sent, [&](int from, const void* theirs) {
+      std::memcpy(received + from * count, theirs, static_cast<std::size_t>(count) * sizeof(double));
+    });
+  }
+  void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
+    exchange(sent, [&](int from, const void* theirs) {
+      std::memcpy(received + from * chunk, static_cast<const float*>(theirs) + rank_ * chunk,
+                  static_cast<std::size_t>(chunk) * sizeof(float));
+    });
+  }
+  void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
+    exchange(buffer, [&](int from, const void* theirs) {
+      if (from == rank_) return;
+      std::memcpy(static_cast<char*>(buffer) + from * chunk_bytes,
+                  static_cast<const char*>(theirs) + from * chunk_bytes,
+                  static_cast<std::size_t>(chunk_bytes));
+    });
+  }
+  void barrier() override { shared_->arrive_and_wait(); }
+
+  void abandon() { shared_->abandon(); }
+
+ private:
+  template <class Copy>
+  void exchange(const void* mine, Copy&& copy) {
+    shared_->published[static_cast<std::size_t>(rank_)] = mine;
+    shared_->arrive_and_wait();
+    for (int from = 0; from < shared_->size; ++from) copy(from, shared_->published[static_cast<std::size_t>(from)]);
+    shared_->arrive_and_wait();
+  }
+
+  std::shared_ptr<Shared> shared_;
+  int rank_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<Collectives>> make_thread_group(int size) {
+  if (size < 1) throw std::invalid_argument("make_thread_group: size must be >= 1, got " + std::to_string(size));
+  auto shared = std::make_shared<Shared>(size);
+  std::vector<std::shared_ptr<Collectives>> group;
+  for (int rank = 0; rank < size; ++rank) group.push_back(std::make_shared<ThreadRank>(shared, rank));
+  return group;
+}
+
+void run_thread_group(const std::vector<std::shared_ptr<Collectives>>& group,
+                      const std::function<void(int rank)>& body) {
+  std::vector<std::exception_ptr> failures(group.size());
+  std::vector<std::thread> threads;
+  for (std::size_t rank = 0; rank < group.size(); ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        body(static_cast<int>(rank));
+      } catch (...) {
+        failures[rank] = std::current_exception();
+        if (auto* member = dynamic_cast<ThreadRank*>(group[rank].get())) member->abandon();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  // The first failure that is not the abandonment's echo, else the first of any.
+  std::exception_ptr first;
+  for (const auto& failure : failures) {
+    if (!failure) continue;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::runtime_error& error) {
+      if (std::string(error.what()).starts_with("thread group abandoned")) {
+        if (!first) first = failure;
+        continue;
+      }
+      std::rethrow_exception(failure);
+    } catch (...) {
+      throw;
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace tandem::production
