@@ -6,17 +6,25 @@
 // The fast twin is the production trainer (cpu backend, or cuda with --device cuda); with
 // --fast-twin reference-double it is the double reference, held against the 50-digit reference.
 // Each update is teacher-forced: the truth starts it from the fast twin's own state.
+// With --data-parallel-size N the production twin runs N ranks on threads of this process; under
+// `mpirun -np N` (or srun) each process is one of its N ranks, exchanging through MPI as
+// `tandem train` does, and rank 0 prints the report.
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <ostream>
 #include <stdexcept>
 
 #include "cli/command.hpp"
+#include "cli/ranks.hpp"
 #include "core/args.hpp"
+#include "core/data/training_data.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/train_options.hpp"
 #include "equivalence/comparison.hpp"
 #include "equivalence/twin.hpp"
+#include "equivalence/verdict.hpp"
+#include "production/collectives/mpi.hpp"
 #include "reference/run.hpp"
 
 namespace tandem::cli {
@@ -32,7 +40,7 @@ struct CheckCommandState {
   std::string test_mutant;  // test-only (hidden): the fast twin is this mutant of the reference
 };
 
-equivalence::TwinKind fast_twin_kind(const CheckCommandState& state) {
+equivalence::TwinKind fast_twin_kind(const CheckCommandState& state, bool launched_ranks) {
   for (const equivalence::Mutant mutant : equivalence::all_mutants()) {
     if (state.test_mutant == equivalence::to_string(mutant)) return equivalence::mutant_twin(mutant);
   }
@@ -40,14 +48,27 @@ equivalence::TwinKind fast_twin_kind(const CheckCommandState& state) {
     throw std::invalid_argument("--test-mutant " + state.test_mutant + ": no such mutant");
   }
   if (state.fast_twin == "reference-double") return equivalence::reference_twin();
-  return equivalence::production_twin(state.device == "cuda");
+  return equivalence::production_twin(state.device == "cuda", launched_ranks
+                                                                  ? equivalence::RankTransport::mpi
+                                                                  : equivalence::RankTransport::threads);
 }
 
-int run_check(const CheckCommandState& state) {
+int run_check(const CheckCommandState& state, const production::MpiSession& session) {
   LaunchContext launch;
   launch.allow_zero_train_samples = true;
+  if (session.active()) launch.launched_world_size = session.world_size();
   RunConfig config = build_run_config(state.run, launch);
-  const equivalence::TwinKind fast = fast_twin_kind(state);
+  const bool launched_ranks = session.world_size() > 1;
+  if (launched_ranks && (state.fast_twin != "production" || !state.test_mutant.empty())) {
+    if (session.rank() == 0) {
+      std::cerr << "error: under mpirun/srun only the production twin runs as ranks; fix: run "
+                   "--fast-twin reference-double (and --test-mutant) in one process\n";
+    }
+    return 2;
+  }
+  const equivalence::TwinKind fast = fast_twin_kind(state, launched_ranks);
+  std::ostream null_stream(nullptr);
+  std::ostream& out = session.rank() == 0 ? std::cout : null_stream;  // rank 0 reports
   // The truth: the 50-digit reference for the double reference; the double reference for
   // production (whose fp32 bound dwarfs double's rounding, at a fraction of the cost).
   const equivalence::TwinKind truth = state.fast_twin == "reference-double" && state.test_mutant.empty()
@@ -56,13 +77,16 @@ int run_check(const CheckCommandState& state) {
   if (fast.max_data_parallel > 0 && config.parallel.data_parallel > fast.max_data_parallel) {
     std::cerr << "error: --data-parallel-size " << config.parallel.data_parallel << ": the "
               << fast.name << " twin runs " << fast.max_data_parallel
-              << " rank(s) today; fix: --data-parallel-size 1 (the reference's emulated DP is "
-                 "checked by the test suite)\n";
+              << " rank(s) per process; fix: launch the ranks as processes (mpirun -np "
+              << config.parallel.data_parallel << " tandem check ...)\n";
     return 2;
   }
 
   TrainOptions options;
   options.data_cache = state.data_cache;
+  // Rank 0 builds the embedded corpus (when it is used) before the others open it.
+  if (session.rank() == 0) data::resolve_dataset_prefix(config, options.data_cache);
+  session.barrier();
   equivalence::TwinSetup setup;
   setup.config = config;
   setup.samples = reference::open_training_samples(config, options);
@@ -71,7 +95,7 @@ int run_check(const CheckCommandState& state) {
   const equivalence::PrecisionPair precisions{equivalence::precision_of(fast, config),
                                               truth.precision};
 
-  std::cout << "tandem check: " << fast_twin->description() << " [fast twin] vs "
+  out << "tandem check: " << fast_twin->description() << " [fast twin] vs "
             << truth_twin->description() << " [truth], " << state.updates
             << " update(s), each from the fast twin's own state; precision "
             << precisions.under_test.name << " vs " << precisions.reference.name << "\n"
@@ -81,9 +105,9 @@ int run_check(const CheckCommandState& state) {
 
   equivalence::Report initial;
   equivalence::compare_states_bitwise(0, "initial ", truth_twin->state(), fast_twin->state(), initial);
-  std::cout << "update 0 (initialization, SPEC 4: bit-identical): "
+  out << "update 0 (initialization, SPEC 4: bit-identical): "
             << (initial.ok() ? "ok" : "FAILED") << "\n";
-  if (!initial.ok()) std::cout << initial.text(state.lines_per_update);
+  if (!initial.ok()) out << initial.text(state.lines_per_update);
 
   const ModelLayout layout = make_model_layout(config.model);
   bool ok = initial.ok();
@@ -106,14 +130,14 @@ int run_check(const CheckCommandState& state) {
       equivalence::compare_samples(update, truth_twin->consumed_sample(index),
                                    fast_twin->consumed_sample(index), report);
     }
-    std::cout << "-- update " << update << ": " << (report.ok() ? "ok" : "FAILED")
+    out << "-- update " << update << ": " << (report.ok() ? "ok" : "FAILED")
               << " (reference = truth, under test = fast twin)\n"
               << report.text(state.lines_per_update);
     ok = ok && report.ok();
   }
-  std::cout << "verdict: " << (ok ? "the twins agree within every bound" : "the twins DISAGREE")
+  out << "verdict: " << (ok ? "the twins agree within every bound" : "the twins DISAGREE")
             << "\n";
-  return ok ? 0 : 1;
+  return equivalence::agree_on_verdict(ok) ? 0 : 1;
 }
 
 Command add_check_command(CLI::App& parent) {
@@ -144,8 +168,12 @@ Command add_check_command(CLI::App& parent) {
   Command command;
   command.app = sub;
   command.run = [state]() {
+    production::MpiSession session;  // MPI when mpirun/srun started this process
+    if (session.world_size() > 1) {
+      return run_as_ranks(session, [&] { return run_check(*state, session); });
+    }
     try {
-      return run_check(*state);
+      return run_check(*state, session);
     } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& error) {

@@ -157,6 +157,8 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
                              ? *rc::gen::elementOf(layouts)
                              : c.test_layout;
     config = with_layout(config, c.reference_layout);
+    // Megatron's distributed optimizer (production shards its main state over DP ranks).
+    config.parallel.use_distributed_optimizer = *rc::gen::arbitrary<bool>();
 
     OptimizerConfig& optimizer = config.optimizer;
     optimizer.adam_beta1 = *rc::gen::element(0.9, 0.0, 0.5);
@@ -227,7 +229,8 @@ std::string case_name(const UpdateCase& c) {
      << " | mbs x microbatches x DP: reference " << c.reference_layout.micro_batch_size << "x"
      << c.reference_layout.microbatches << "x" << c.reference_layout.data_parallel << " test "
      << c.test_layout.micro_batch_size << "x" << c.test_layout.microbatches << "x"
-     << c.test_layout.data_parallel << " | b1 " << r.optimizer.adam_beta1 << " b2 "
+     << c.test_layout.data_parallel << (r.parallel.use_distributed_optimizer ? " distributed-optimizer" : "")
+     << " | b1 " << r.optimizer.adam_beta1 << " b2 "
      << r.optimizer.adam_beta2 << " eps " << r.optimizer.adam_eps << " wd "
      << r.schedule.weight_decay << (r.schedule.weight_decay_incr_style == WeightDecayIncrStyle::linear
                                         ? " (linear from 0)"

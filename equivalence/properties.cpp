@@ -36,10 +36,33 @@ void assert_report(const Report& report) {
   RC_ASSERT(holds);
 }
 
+// The same case with `factor` times the samples per update: every layout's microbatches and every
+// sample count of the schedule scale together, so updates, positions and ratios are unchanged.
+void scale_global_batch(UpdateCase& c, std::int64_t factor) {
+  c.reference_layout.microbatches *= factor;
+  c.test_layout.microbatches *= factor;
+  ScheduleConfig& s = c.config.schedule;
+  for (std::int64_t* samples : {&s.lr_warmup_samples, &s.lr_decay_samples, &s.train_samples, &s.wd_incr_samples}) {
+    *samples *= factor;
+  }
+  c.config = with_layout(c.config, c.reference_layout);
+}
+
 // The case as `kind` can run it, mapped into its domain rather than filtered: a one-rank twin
-// runs the replicas' samples as more microbatches (the same global batch), and a twin that can
-// only inject NaN at element 0 gets exactly that.
+// runs the replicas' samples as more microbatches (the same global batch); a twin whose DP is
+// fixed (the MPI ranks) gets a layout with that DP, the global batch scaled when it does not
+// divide; and a twin that can only inject NaN at element 0 gets exactly that.
 void adapt_to(const TwinKind& kind, UpdateCase& c) {
+  if (const std::int64_t ranks = kind.required_data_parallel; ranks > 0 && c.test_layout.data_parallel != ranks) {
+    if (c.test_layout.global_batch_size() % ranks != 0) scale_global_batch(c, ranks);
+    const std::int64_t per_rank = c.test_layout.global_batch_size() / ranks;
+    const std::int64_t mbs = per_rank % c.test_layout.micro_batch_size == 0 ? c.test_layout.micro_batch_size : 1;
+    c.test_layout = {mbs, per_rank / mbs, ranks};
+    if (c.config.data.loss_normalization == LossNormalization::microbatch_mean) {
+      c.reference_layout = c.test_layout;  // SPEC 5: microbatch-mean is not split-invariant
+      c.config = with_layout(c.config, c.reference_layout);
+    }
+  }
   if (kind.max_data_parallel > 0 && c.test_layout.data_parallel > kind.max_data_parallel) {
     c.test_layout = {c.test_layout.micro_batch_size,
                      c.test_layout.microbatches * c.test_layout.data_parallel, 1};

@@ -8,8 +8,11 @@
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
 #include "production/checkpointing.hpp"
+#include "production/collectives/mpi.hpp"
+#include "production/collectives/thread_group.hpp"
 #include "production/kernels/optimizer.hpp"
 #include "production/trainer.hpp"
+#include "equivalence/verdict.hpp"
 #include "reference/adamw.hpp"
 #include "reference/checkpointing.hpp"
 
@@ -107,45 +110,76 @@ class ReferenceTwin final : public Twin {
 };
 
 // The production trainer on a backend (production/trainer.hpp). Its main state is fp32, so the
-// state crosses the interface widened exactly; its test switch makes flat element 0 NaN.
+// state crosses the interface widened exactly; its test switch makes flat element 0 NaN. With
+// DP > 1 it runs one Trainer per rank: on threads of this process (thread_group.hpp), or, under
+// `mpirun`, as this process's rank of MPI_COMM_WORLD (every rank runs the same case in
+// lockstep). Every call reaches every rank; rank 0 answers.
 class ProductionTwin final : public Twin {
  public:
-  ProductionTwin(const TwinSetup& setup, bool cuda)
-      : samples_(setup.samples), trainer_(setup.config, samples_, options(setup, cuda)) {
-    trainer_.keep_last_gradient(true);
+  ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport) : samples_(setup.samples) {
+    const auto ranks = static_cast<int>(setup.config.parallel.data_parallel);
+    production::ProductionOptions base = options(setup, cuda);
+    if (transport == RankTransport::mpi) {
+      base.collectives = [](production::Backend&) { return production::make_mpi_collectives(); };
+      transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks";
+    } else if (ranks > 1) {
+      group_ = production::make_thread_group(ranks);
+      transport_text_ = ", " + std::to_string(ranks) + " ranks on threads";
+    }
+    trainers_.resize(group_.empty() ? 1 : group_.size());
+    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int rank) {
+      production::ProductionOptions mine = base;
+      if (!group_.empty()) {
+        mine.collectives = [member = group_[static_cast<std::size_t>(rank)]](production::Backend&) { return member; };
+      }
+      trainer = std::make_unique<production::Trainer>(setup.config, samples_, mine);
+      trainer->keep_last_gradient(true);
+    });
   }
 
   std::string description() const override {
-    return "production<" + production::to_string(trainer_.backend().device()) + ", " +
-           (trainer_.config().optimizer.bf16 ? "bf16" : "fp32") + ">, " +
-           layout_text(trainer_.config());
+    const production::Trainer& trainer = *trainers_.front();
+    return "production<" + production::to_string(trainer.backend().device()) + ", " +
+           (trainer.config().optimizer.bf16 ? "bf16" : "fp32") + ">, " +
+           layout_text(trainer.config()) + transport_text_ +
+           (trainer.distributed_optimizer() ? ", distributed optimizer" : "");
   }
-  Precision precision() const override { return trainer_.config().optimizer.bf16 ? bf16() : fp32(); }
+  Precision precision() const override {
+    return trainers_.front()->config().optimizer.bf16 ? bf16() : fp32();
+  }
   IterationRecord run_iteration() override {
-    last_record_ = trainer_.run_iteration();
+    std::vector<IterationRecord> records(trainers_.size());
+    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int rank) {
+      records[static_cast<std::size_t>(rank)] = trainer->run_iteration();
+    });
+    last_record_ = records.front();
     return last_record_;
   }
   TwinState state() const override {
-    const production::HostState s = trainer_.host_state();
+    std::vector<production::HostState> states(trainers_.size());
+    each_rank([&](const std::unique_ptr<production::Trainer>& trainer, int rank) {
+      states[static_cast<std::size_t>(rank)] = trainer->host_state();
+    });
+    const production::HostState& s = states.front();
     return {widen(s.params), widen(s.exp_avg), widen(s.exp_avg_sq), s.counters};
   }
   void load_state(const TwinState& state) override {
     production::HostState s;
-    s.params.assign(state.params.begin(), state.params.end());  // rounded to fp32
-    s.exp_avg.assign(state.exp_avg.begin(), state.exp_avg.end());
-    s.exp_avg_sq.assign(state.exp_avg_sq.begin(), state.exp_avg_sq.end());
+    s.params.resize(state.params.size());  // rounded to fp32
+    s.exp_avg.resize(state.exp_avg.size());
+    s.exp_avg_sq.resize(state.exp_avg_sq.size());
     for (std::size_t i = 0; i < s.params.size(); ++i) {
       s.params[i] = static_cast<float>(state.params[i]);
       s.exp_avg[i] = static_cast<float>(state.exp_avg[i]);
       s.exp_avg_sq[i] = static_cast<float>(state.exp_avg_sq[i]);
     }
     s.counters = state.counters;
-    trainer_.restore(s);
+    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int) { trainer->restore(s); });
   }
   // The trainer keeps the pre-clip gradient; the optimizer used it scaled by the fp32 coefficient
   // (ScaleParams: values[i] *= float(coeff)), which is repeated here in fp32.
   std::vector<double> last_gradient() const override {
-    const std::vector<float>& pre_clip = trainer_.last_gradient();
+    const std::vector<float>& pre_clip = trainers_.front()->last_gradient();
     std::vector<double> out(pre_clip.size());
     const float coeff = static_cast<float>(last_record_.clip_coeff);
     for (std::size_t i = 0; i < pre_clip.size(); ++i) {
@@ -157,10 +191,16 @@ class ProductionTwin final : public Twin {
   // Production consumes the shipped Sample as the provider builds it (no device-side rebuild).
   Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
   std::optional<checkpoint::CheckpointState> checkpoint() const override {
-    return production::make_checkpoint_state(trainer_);
+    std::vector<checkpoint::CheckpointState> states(trainers_.size());
+    each_rank([&](const std::unique_ptr<production::Trainer>& trainer, int rank) {
+      states[static_cast<std::size_t>(rank)] = production::make_checkpoint_state(*trainer);
+    });
+    return states.front();
   }
   void restore(const checkpoint::CheckpointState& state) override {
-    production::restore_checkpoint_state(trainer_, state);
+    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int) {
+      production::restore_checkpoint_state(*trainer, state);
+    });
   }
 
  private:
@@ -170,9 +210,22 @@ class ProductionTwin final : public Twin {
     out.switches.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
     return out;
   }
+  // body(trainer of rank r, r) on every rank this process runs: one, or the thread group's.
+  template <class Body>
+  void each_rank(Body&& body) {
+    if (group_.empty()) return body(trainers_.front(), 0);
+    production::run_thread_group(group_, [&](int rank) { body(trainers_[static_cast<std::size_t>(rank)], rank); });
+  }
+  template <class Body>
+  void each_rank(Body&& body) const {
+    if (group_.empty()) return body(trainers_.front(), 0);
+    production::run_thread_group(group_, [&](int rank) { body(trainers_[static_cast<std::size_t>(rank)], rank); });
+  }
 
   reference::SampleProvider samples_;
-  production::Trainer trainer_;
+  std::vector<std::shared_ptr<production::Collectives>> group_;  // empty: one rank in this process
+  std::vector<std::unique_ptr<production::Trainer>> trainers_;   // [ranks in this process]
+  std::string transport_text_;
   IterationRecord last_record_;
 };
 
@@ -318,18 +371,22 @@ Precision precision_of(const TwinKind& kind, const RunConfig& config) {
   return kind.compute_follows_bf16 && config.optimizer.bf16 ? bf16() : kind.precision;
 }
 
-TwinKind production_twin(bool cuda) {
+TwinKind production_twin(bool cuda, RankTransport transport) {
   TwinKind kind;
-  kind.name = cuda ? "production-cuda" : "production-cpu";
+  kind.name = std::string(cuda ? "production-cuda" : "production-cpu") +
+              (transport == RankTransport::mpi ? "-mpi" : "");
   kind.description = std::string("production trainer (production/trainer.hpp), ") +
-                     (cuda ? "cuda" : "cpu") + " backend, fp32 main state";
+                     (cuda ? "cuda" : "cpu") + " backend, fp32 main state" +
+                     (transport == RankTransport::mpi ? ", DP = the MPI ranks" : "");
   kind.precision = fp32();
   kind.compute_follows_bf16 = true;
   kind.checkpoints = true;
-  kind.max_data_parallel = 1;     // one rank today (production/trainer.hpp)
+  // Ranks on threads share host memory: the cpu backend. On cuda, ranks are processes (NCCL).
+  kind.max_data_parallel = cuda && transport == RankTransport::threads ? 1 : 0;
+  kind.required_data_parallel = transport == RankTransport::mpi ? mpi_world_size() : 0;
   kind.injects_any_value = false;  // production::TestSwitches: NaN at element 0
-  kind.make = [cuda](const TwinSetup& setup) -> std::unique_ptr<Twin> {
-    return std::make_unique<ProductionTwin>(setup, cuda);
+  kind.make = [cuda, transport](const TwinSetup& setup) -> std::unique_ptr<Twin> {
+    return std::make_unique<ProductionTwin>(setup, cuda, transport);
   };
   if (!cuda) kind.adamw_element = production_adamw_element;
   return kind;

@@ -93,7 +93,8 @@ struct TwinKind {
   Precision precision;       // its main arithmetic
   bool compute_follows_bf16 = false;  // --bf16 makes its compute stores bf16 (production)
   bool checkpoints = false;  // supports checkpoint()/restore()
-  std::int64_t max_data_parallel = 0;  // largest DP it runs (0: any); production is 1 rank today
+  std::int64_t max_data_parallel = 0;  // largest DP it runs (0: any)
+  std::int64_t required_data_parallel = 0;  // the only DP it runs (0: any): the MPI ranks
   bool injects_any_value = true;       // false: only NaN at flat element 0 (production's switch)
   std::function<std::unique_ptr<Twin>(const TwinSetup&)> make;
   AdamwElementFunction adamw_element;  // empty when the twin's optimizer is not callable per element
@@ -110,8 +111,12 @@ TwinKind reference50_twin();
 // production trainer on the cpu backend, and on the cuda backend when it is built and a device
 // answers.
 std::vector<TwinKind> twins_under_test();
+// How a multi-rank production twin's ranks meet: threads of this process (cpu backend, any DP),
+// or this process as one of the MPI ranks of an `mpirun` (DP = the world size; every rank runs
+// the same cases in lockstep, verdict.hpp).
+enum class RankTransport { threads, mpi };
 // The production trainer (production/trainer.hpp) on a backend.
-TwinKind production_twin(bool cuda);
+TwinKind production_twin(bool cuda, RankTransport transport = RankTransport::threads);
 // Whether the cuda backend is built and a device answers.
 bool cuda_device_answers();
 // The reference with one mutant switched on. `at_production_tolerance`: held to the bounds of an

@@ -6,18 +6,20 @@
 namespace tandem::equivalence {
 namespace {
 
-bool mpi_running() {
+bool mpi_running() { return mpi_world_size() > 1; }
+
+}  // namespace
+
+int mpi_world_size() {
   int initialized = 0;
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (!initialized || finalized) return false;
+  if (!initialized || finalized) return 1;
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size > 1;
+  return size;
 }
-
-}  // namespace
 
 bool agree_on_verdict(bool holds) {
   if (!mpi_running()) return holds;

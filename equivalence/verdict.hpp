@@ -12,6 +12,9 @@ namespace tandem::equivalence {
 // (or when MPI is not initialized, as in the single-process test executables).
 bool agree_on_verdict(bool holds);
 
+// MPI_COMM_WORLD's size when MPI is initialized (and not finalized), else 1.
+int mpi_world_size();
+
 // Rank 0's seed on every rank; the identity with one process.
 std::uint64_t agree_on_seed(std::uint64_t seed);
 
