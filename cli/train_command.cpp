@@ -40,6 +40,14 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
                    "--device cpu (the same production code on the host)\n";
       return 2;
     }
+    if (config.parallel.data_parallel != session.world_size()) {
+      std::cerr << "error: --data-parallel-size " << config.parallel.data_parallel
+                << ": the production engine runs one data-parallel rank per process and "
+                << session.world_size() << " were launched; fix: start it with mpirun -np "
+                << config.parallel.data_parallel << " (or srun -n " << config.parallel.data_parallel
+                << "), or use --engine reference, which emulates DP in one process\n";
+      return 2;
+    }
     production::RankSetup ranks;
     if (session.active()) {
       ranks.rank = session.rank();

@@ -1,0 +1,348 @@
+// Data parallelism in the production trainer (production/trainer.hpp, sharding.hpp,
+// collectives/): the shard arithmetic, the thread-group collectives' byte moves, and DP ranks of
+// the cpu backend run as threads of this process (the same trainer code mpirun runs; the
+// binary's MPI runs are tests/production_cli_test.cpp's).
+//
+// Kinds of comparison:
+//   - exact: shard bounds, exchanged integers, counters, the first update's loss across DP sizes;
+//   - deterministic (bitwise): distributed vs replicated optimizer, run to run, resume.
+// How close a DP run sits to the reference is the equivalence harness's (derived bounds).
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "production/collectives/thread_group.hpp"
+#include "production/sharding.hpp"
+#include "production/trainer.hpp"
+#include "tests/support/synthetic_data.hpp"
+
+namespace tandem {
+namespace {
+
+using production::FlatShards;
+using production::HostState;
+using production::Trainer;
+
+TEST(FlatShards, AlignedShardsCoverTheBufferAndTheLastMayBeShortOrEmpty) {
+  // 5000 elements over 4 ranks: 1250 per rank rounds up to 2 blocks of 1024.
+  const FlatShards shards = production::make_flat_shards(5000, 4, 1024);
+  EXPECT_EQ(shards.shard_elements, 2 * 1024);
+  EXPECT_EQ(shards.padded(), 4 * 2048);
+  const std::vector<std::int64_t> begins = {0, 2048, 4096, 5000};
+  const std::vector<std::int64_t> counts = {2048, 2048, 5000 - 4096, 0};
+  for (std::int64_t rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(shards.begin(rank), begins[static_cast<std::size_t>(rank)]) << "rank " << rank;
+    EXPECT_EQ(shards.count(rank), counts[static_cast<std::size_t>(rank)]) << "rank " << rank;
+  }
+  EXPECT_EQ(shards.owner(4999), 2);
+  EXPECT_EQ(shards.owner(2048), 1);
+  // One rank holds everything; an empty model still has one (empty) aligned shard.
+  EXPECT_EQ(production::make_flat_shards(5000, 1, 1024).shard_elements, 5 * 1024);
+  EXPECT_EQ(production::make_flat_shards(0, 2, 1024).count(0), 0);
+  EXPECT_THROW(production::make_flat_shards(10, 0, 1024), std::invalid_argument);
+}
+
+TEST(FlatShards, DecaySegmentsAreCutAtTheRangeAndMadeRelative) {
+  using production::DecaySegment;
+  const std::vector<DecaySegment> segments = {{0, 10, true}, {10, 5, false}, {15, 20, true}};
+  const std::vector<DecaySegment> cut = production::segments_in_range(segments, 8, 12);  // [8, 20)
+  ASSERT_EQ(cut.size(), 3u);
+  EXPECT_EQ(cut[0].begin, 0);
+  EXPECT_EQ(cut[0].count, 2);  // [8, 10)
+  EXPECT_TRUE(cut[0].decay);
+  EXPECT_EQ(cut[1].begin, 2);
+  EXPECT_EQ(cut[1].count, 5);  // [10, 15)
+  EXPECT_FALSE(cut[1].decay);
+  EXPECT_EQ(cut[2].begin, 7);
+  EXPECT_EQ(cut[2].count, 5);  // [15, 20)
+  EXPECT_TRUE(production::segments_in_range(segments, 35, 0).empty());
+}
+
+TEST(ThreadGroup, ExchangesMoveExactlyTheDocumentedBytes) {
+  constexpr int kRanks = 3;
+  constexpr std::int64_t kChunk = 2;
+  const auto group = production::make_thread_group(kRanks);
+  production::run_thread_group(group, [&](int rank) {
+    production::Collectives& collectives = *group[static_cast<std::size_t>(rank)];
+    // all_to_all: rank r sends 100 r + 10 s + i to rank s.
+    std::vector<float> sent(kRanks * kChunk);
+    for (int to = 0; to < kRanks; ++to) {
+      for (int i = 0; i < kChunk; ++i) sent[static_cast<std::size_t>(to * kChunk + i)] = static_cast<float>(100 * rank + 10 * to + i);
+    }
+    std::vector<float> received(kRanks * kChunk, -1.0f);
+    collectives.all_to_all(sent.data(), received.data(), kChunk);
+    for (int from = 0; from < kRanks; ++from) {
+      for (int i = 0; i < kChunk; ++i) {
+        if (received[static_cast<std::size_t>(from * kChunk + i)] != static_cast<float>(100 * from + 10 * rank + i)) {
+          throw std::runtime_error("all_to_all: rank " + std::to_string(rank) + " got a wrong value from " +
+                                   std::to_string(from));
+        }
+      }
+    }
+    // all_gather_in_place: every rank fills only its part.
+    std::vector<std::int32_t> parts(kRanks, -1);
+    parts[static_cast<std::size_t>(rank)] = 7 * rank;
+    collectives.all_gather_in_place(parts.data(), sizeof(std::int32_t));
+    for (int r = 0; r < kRanks; ++r) {
+      if (parts[static_cast<std::size_t>(r)] != 7 * r) throw std::runtime_error("all_gather_in_place: wrong part");
+    }
+    const std::vector<double> mine = {static_cast<double>(rank), 0.5};
+    const std::vector<double> all = production::all_gather_values(collectives, mine);
+    for (int r = 0; r < kRanks; ++r) {
+      if (all[static_cast<std::size_t>(2 * r)] != r || all[static_cast<std::size_t>(2 * r + 1)] != 0.5) {
+        throw std::runtime_error("all_gather_host: wrong values");
+      }
+    }
+  });
+}
+
+TEST(ThreadGroup, AFailingRankReleasesTheOthersAndItsErrorIsRethrown) {
+  const auto group = production::make_thread_group(3);
+  try {
+    production::run_thread_group(group, [&](int rank) {
+      if (rank == 1) throw std::runtime_error("rank 1 failed on purpose");
+      group[static_cast<std::size_t>(rank)]->barrier();  // would wait forever for rank 1
+    });
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "rank 1 failed on purpose");
+  }
+}
+
+// The tiny model (2 layers, d 32, 4 heads in 2 groups, seq 32), mbs 1, the global batch `gbs`.
+RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distributed) {
+  RunConfig config;
+  config.model.num_layers = 2;
+  config.model.hidden_size = 32;
+  config.model.ffn_hidden_size = 64;
+  config.model.num_attention_heads = 4;
+  config.model.num_query_groups = 2;
+  config.model.seq_length = 32;
+  config.model.padded_vocab_size = 384;
+  config.batch.micro_batch_size = 1;
+  config.batch.global_batch_size = gbs;
+  config.parallel.data_parallel = ranks;
+  config.parallel.world_size = ranks;
+  config.parallel.use_distributed_optimizer = distributed;
+  config.optimizer.adam_beta2 = 0.95;
+  config.optimizer.clip_grad = 0.5;  // active on this model's first updates
+  config.optimizer.bf16 = bf16;
+  config.schedule.lr = 1e-3;
+  config.schedule.lr_warmup_init = 1e-4;
+  config.schedule.lr_warmup_samples = gbs;
+  config.schedule.train_samples = 8 * gbs;
+  config.schedule.lr_decay_samples = 8 * gbs;
+  config.schedule.lr_decay_style = LrDecayStyle::cosine;
+  config.schedule.weight_decay = 0.1;
+  config.schedule.start_weight_decay = 0.1;
+  config.schedule.end_weight_decay = 0.1;
+  config.schedule.wd_incr_samples = 8 * gbs;
+  return config;
+}
+
+testing::StreamSamples tiny_samples() {
+  testing::StreamSamples samples;
+  samples.stream = testing::document_stream({5, 1, 23, 9, 70, 3, 17, 2, 40, 12}, 200, 7);
+  samples.seq_length = 32;
+  return samples;
+}
+
+// DP ranks as threads: one Trainer per rank, every call made on every rank together.
+class Ranks {
+ public:
+  explicit Ranks(const RunConfig& config, production::TestSwitches switches = {})
+      : group_(production::make_thread_group(static_cast<int>(config.parallel.data_parallel))),
+        trainers_(group_.size()) {
+    each([&](std::unique_ptr<Trainer>& trainer, int rank) {
+      production::ProductionOptions options;
+      options.device = production::Device::cpu;
+      options.switches = switches;
+      options.collectives = [member = group_[static_cast<std::size_t>(rank)]](production::Backend&) { return member; };
+      trainer = std::make_unique<Trainer>(config, tiny_samples(), options);
+    });
+  }
+  // Every rank's record of one iteration.
+  std::vector<IterationRecord> run_iteration() {
+    std::vector<IterationRecord> records(trainers_.size());
+    each([&](std::unique_ptr<Trainer>& trainer, int rank) {
+      records[static_cast<std::size_t>(rank)] = trainer->run_iteration();
+    });
+    return records;
+  }
+  HostState state() {
+    std::vector<HostState> states(trainers_.size());
+    each([&](std::unique_ptr<Trainer>& trainer, int rank) { states[static_cast<std::size_t>(rank)] = trainer->host_state(); });
+    return states.front();
+  }
+  void restore(const HostState& state) {
+    each([&](std::unique_ptr<Trainer>& trainer, int) { trainer->restore(state); });
+  }
+  void audit(const std::vector<std::int64_t>& elements) {
+    for (auto& trainer : trainers_) trainer->set_audit_elements(elements);
+  }
+  Trainer& rank(int r) { return *trainers_[static_cast<std::size_t>(r)]; }
+
+ private:
+  template <class Body>
+  void each(Body&& body) {
+    production::run_thread_group(group_, [&](int r) { body(trainers_[static_cast<std::size_t>(r)], r); });
+  }
+  std::vector<std::shared_ptr<production::Collectives>> group_;
+  std::vector<std::unique_ptr<Trainer>> trainers_;
+};
+
+// Bitwise equality of two records' numbers and counters (timings excluded).
+void expect_same_record(const IterationRecord& a, const IterationRecord& b, const std::string& what) {
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a.loss), std::bit_cast<std::uint64_t>(b.loss)) << what << " loss";
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a.grad_norm), std::bit_cast<std::uint64_t>(b.grad_norm)) << what << " grad_norm";
+  EXPECT_EQ(a.clip_coeff, b.clip_coeff) << what;
+  EXPECT_EQ(a.clipped, b.clipped) << what;
+  EXPECT_EQ(a.update_successful, b.update_successful) << what;
+  EXPECT_EQ(a.lr, b.lr) << what;
+  EXPECT_EQ(a.totals.consumed_samples, b.totals.consumed_samples) << what;
+  EXPECT_EQ(a.totals.loss_tokens, b.totals.loss_tokens) << what;
+  EXPECT_EQ(a.totals.input_tokens, b.totals.input_tokens) << what;
+  EXPECT_EQ(a.model_flops, b.model_flops) << what;
+}
+
+void expect_same_state(const HostState& a, const HostState& b, const std::string& what) {
+  ASSERT_EQ(a.params.size(), b.params.size()) << what;
+  std::int64_t differing = 0;
+  for (std::size_t i = 0; i < a.params.size(); ++i) {
+    differing += std::bit_cast<std::uint32_t>(a.params[i]) != std::bit_cast<std::uint32_t>(b.params[i]);
+    differing += std::bit_cast<std::uint32_t>(a.exp_avg[i]) != std::bit_cast<std::uint32_t>(b.exp_avg[i]);
+    differing += std::bit_cast<std::uint32_t>(a.exp_avg_sq[i]) != std::bit_cast<std::uint32_t>(b.exp_avg_sq[i]);
+  }
+  EXPECT_EQ(differing, 0) << what << ": elements of params, m, v that differ in any bit";
+  EXPECT_EQ(a.counters.successful_updates, b.counters.successful_updates) << what;
+  EXPECT_EQ(a.counters.consumed_samples, b.counters.consumed_samples) << what;
+}
+
+TEST(DataParallel, EveryRankReportsTheSameRecordAndTheDistributedOptimizerEqualsTheReplicated) {
+  for (const bool bf16 : {false, true}) {
+    for (const std::int64_t ranks : {2, 3, 4}) {
+      const std::string what = std::to_string(ranks) + " ranks" + (bf16 ? " bf16" : " fp32");
+      Ranks replicated(tiny_run(ranks, 2 * ranks, bf16, false));
+      Ranks distributed(tiny_run(ranks, 2 * ranks, bf16, true));
+      ASSERT_TRUE(distributed.rank(0).distributed_optimizer());
+      ASSERT_FALSE(replicated.rank(0).distributed_optimizer());
+      // Audited elements on every shard, including the last parameter.
+      const std::int64_t n = replicated.rank(0).layout().total_elements;
+      const std::vector<std::int64_t> audited = {0, n / 3, n / 2, n - 1};
+      replicated.audit(audited);
+      distributed.audit(audited);
+      bool clipped = false;
+      for (int iteration = 1; iteration <= 3; ++iteration) {
+        const auto a = replicated.run_iteration();
+        const auto b = distributed.run_iteration();
+        for (std::size_t r = 1; r < a.size(); ++r) expect_same_record(a[0], a[r], what + " rank " + std::to_string(r));
+        expect_same_record(a[0], b[0], what + " replicated vs distributed");
+        ASSERT_EQ(a[0].audit.size(), audited.size());
+        for (std::size_t i = 0; i < audited.size(); ++i) {
+          EXPECT_EQ(a[0].audit[i].new_value, b[0].audit[i].new_value) << what << " audit " << i;
+          EXPECT_EQ(a[0].audit[i].grad, b[0].audit[i].grad) << what << " audit " << i;
+          EXPECT_EQ(a[0].audit[i].old_v, b[0].audit[i].old_v) << what << " audit " << i;
+        }
+        clipped = clipped || a[0].clipped;
+      }
+      EXPECT_TRUE(clipped) << what << ": the clip path was not exercised";
+      const HostState state = distributed.state();
+      expect_same_state(replicated.state(), state, what);
+      // The audit's new value is the element the gathered state holds.
+      const auto last = distributed.run_iteration();
+      const HostState after = distributed.state();
+      for (std::size_t i = 0; i < audited.size(); ++i) {
+        EXPECT_EQ(last[0].audit[i].new_value, after.params[static_cast<std::size_t>(audited[i])]) << what;
+      }
+    }
+  }
+}
+
+TEST(DataParallel, RunsAreBitwiseReproducible) {
+  HostState first;
+  for (int run = 0; run < 2; ++run) {
+    Ranks ranks(tiny_run(4, 8, true, true));
+    for (int iteration = 0; iteration < 3; ++iteration) ranks.run_iteration();
+    if (run == 0) {
+      first = ranks.state();
+    } else {
+      expect_same_state(first, ranks.state(), "second run");
+    }
+  }
+}
+
+// The first update's loss: every microbatch's rows are summed in order and the microbatches in
+// global order (m, then rank), which is the one-rank order of the same samples.
+TEST(DataParallel, TheLoggedLossAndCountsDoNotDependOnTheDataParallelSize) {
+  std::vector<IterationRecord> firsts;
+  for (const std::int64_t ranks : {1, 2, 4}) {
+    Ranks run(tiny_run(ranks, 8, false, true));
+    firsts.push_back(run.run_iteration().front());
+  }
+  for (std::size_t i = 1; i < firsts.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(firsts[0].loss), std::bit_cast<std::uint64_t>(firsts[i].loss)) << i;
+    EXPECT_EQ(firsts[0].input_tokens, firsts[i].input_tokens);
+    EXPECT_EQ(firsts[0].loss_tokens, firsts[i].loss_tokens);
+    EXPECT_EQ(firsts[0].model_flops, firsts[i].model_flops);
+    // The gradients are summed in another order: close, not bitwise (the harness bounds it).
+    EXPECT_NEAR(firsts[0].grad_norm, firsts[i].grad_norm, 1e-5 * firsts[0].grad_norm) << i;
+  }
+}
+
+TEST(DataParallel, ResumeIsBitExactAndAStateMovesToAnotherDataParallelSize) {
+  const RunConfig config = tiny_run(2, 4, true, true);
+  Ranks straight(config);
+  for (int iteration = 0; iteration < 4; ++iteration) straight.run_iteration();
+
+  Ranks before(config);
+  before.run_iteration();
+  const HostState saved = before.state();
+  Ranks resumed(config);
+  resumed.restore(saved);
+  expect_same_state(saved, resumed.state(), "restored");
+  for (int iteration = 0; iteration < 3; ++iteration) resumed.run_iteration();
+  expect_same_state(straight.state(), resumed.state(), "2 ranks: 1 + resume + 3 vs 4 straight");
+
+  // The checkpoint's state is whole, so 4 ranks (or one) take it up and hold exactly it.
+  Ranks wider(tiny_run(4, 4, true, true));
+  wider.restore(saved);
+  expect_same_state(saved, wider.state(), "restored on 4 ranks");
+  EXPECT_TRUE(wider.run_iteration().front().update_successful);
+}
+
+TEST(DataParallel, ANonFiniteGradientSkipsTheUpdateOnEveryRank) {
+  production::TestSwitches switches;
+  switches.nonfinite_gradient_iterations = {2};
+  Ranks ranks(tiny_run(2, 4, false, true), switches);
+  ranks.run_iteration();
+  const HostState before = ranks.state();
+  const auto records = ranks.run_iteration();
+  for (const IterationRecord& record : records) {
+    EXPECT_FALSE(record.update_successful);
+    EXPECT_TRUE(std::isnan(record.grad_norm));
+  }
+  HostState after = ranks.state();
+  EXPECT_EQ(after.counters.skipped_updates, 1);
+  after.counters = before.counters;  // only the counters may move
+  expect_same_state(before, after, "after a skipped update");
+}
+
+TEST(DataParallel, ADataParallelSizeTheRanksDoNotHaveIsRefused) {
+  production::ProductionOptions options;
+  options.device = production::Device::cpu;
+  try {
+    Trainer trainer(tiny_run(2, 4, false, false), tiny_samples(), options);  // one rank, DP 2
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("mpirun -np 2"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem
