@@ -10,6 +10,7 @@
 #include <functional>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -40,10 +41,11 @@ inline void register_check(const std::string& suite, const std::string& name,
                           [body]() -> ::testing::Test* { return new RegisteredCheck(body); });
 }
 
-// Every property against every twin under test: the property must hold.
-inline void register_equivalence_properties(const std::string& suite, bool soak) {
+// Every property against each of `twins`: the property must hold.
+inline void register_equivalence_properties(const std::string& suite, bool soak,
+                                            const std::vector<TwinKind>& twins) {
   for (const PropertyEntry& entry : properties()) {
-    for (const TwinKind& twin : twins_under_test()) {
+    for (const TwinKind& twin : twins) {
       if (entry.control_only || !entry.applies(twin)) continue;
       // tests/CMakeLists.txt labels every test named `*.Soak*` as `soak`.
       const std::string name = (soak ? "Soak" : "") + entry.name + "__" + gtest_name(twin.name);
@@ -56,6 +58,11 @@ inline void register_equivalence_properties(const std::string& suite, bool soak)
       });
     }
   }
+}
+
+// Every property against every twin under test (twins_under_test()).
+inline void register_equivalence_properties(const std::string& suite, bool soak) {
+  register_equivalence_properties(suite, soak, twins_under_test());
 }
 
 // Every mutant against every property that must catch it: the property must FAIL. A control the

@@ -198,6 +198,7 @@ void accumulated_microbatches_equal_the_direct_global_batch(const TwinKind& kind
     ++index;
     if (index == 1) continue;  // the direct batch itself
     if (kind.max_data_parallel > 0 && layout.data_parallel > kind.max_data_parallel) continue;
+    if (kind.required_data_parallel > 0 && layout.data_parallel != kind.required_data_parallel) continue;
     auto split = kind.make(setup_for(with_layout(c.config, layout), samples, {}, 0));
     move_to_position(*split, starting_samples(c), gbs);
     const IterationRecord record = split->run_iteration();

@@ -113,13 +113,14 @@ class ReferenceTwin final : public Twin {
 // state crosses the interface widened exactly; its test switch makes flat element 0 NaN. With
 // DP > 1 it runs one Trainer per rank: on threads of this process (thread_group.hpp), or, under
 // `mpirun`, as this process's rank of MPI_COMM_WORLD (every rank runs the same case in
-// lockstep). Every call reaches every rank; rank 0 answers.
+// lockstep; a DP 1 run, such as a direct global batch, runs in each process alone). Every call
+// reaches every rank; rank 0 answers.
 class ProductionTwin final : public Twin {
  public:
   ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport) : samples_(setup.samples) {
     const auto ranks = static_cast<int>(setup.config.parallel.data_parallel);
     production::ProductionOptions base = options(setup, cuda);
-    if (transport == RankTransport::mpi) {
+    if (transport == RankTransport::mpi && ranks > 1) {
       base.collectives = [](production::Backend&) { return production::make_mpi_collectives(); };
       transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks";
     } else if (ranks > 1) {

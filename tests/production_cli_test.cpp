@@ -1,6 +1,7 @@
 // `tandem train --engine production --device cpu` end to end, through the built binary (SPEC 9,
 // 12): the header and iteration records (throughput included), `tandem audit` on a production
-// log, checkpoints in F32, bit-exact resume through --load, --bf16, the skip limit.
+// log, checkpoints in F32, bit-exact resume through --load, --bf16, the skip limit; and
+// data-parallel ranks launched by `mpirun -np 2/3` (skipped when mpirun is absent).
 // Kind of comparison: exact (files, fields, exit codes) and deterministic (bytes of checkpoints).
 #include <unistd.h>
 
@@ -125,6 +126,92 @@ TEST_F(ProductionCli, ReferenceCheckpointIsRefusedNamingTheEngine) {
   const auto result = run_tandem(tiny({"--load", save.string()}), "", "2>&1");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("reference engine"), std::string::npos) << result.output;
+}
+
+// The iteration records without their timings (seconds, tokens/s, MFU differ run to run).
+std::vector<nlohmann::json> numbers_of(const std::vector<nlohmann::json>& records) {
+  std::vector<nlohmann::json> out;
+  for (const auto& record : records) {
+    if (record.value("type", "") != "iteration") continue;
+    nlohmann::json numbers = record;
+    for (const char* timing : {"seconds", "tokens_per_second", "model_flops_per_second", "mfu"}) numbers.erase(timing);
+    out.push_back(numbers);
+  }
+  return out;
+}
+
+TEST_F(ProductionCli, TwoMpiRanksWithTheDistributedOptimizerEqualTheReplicatedBitForBit) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const auto replicated = root_ / "replicated";
+  const auto distributed = root_ / "distributed";
+  const auto a = run_tandem(tiny({"--save", replicated.string(), "--audit-params", "6"}), mpirun, "2>&1");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const auto b = run_tandem(tiny({"--save", distributed.string(), "--audit-params", "6",
+                                  "--use-distributed-optimizer"}), mpirun, "2>&1");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("on 2 data-parallel ranks"), std::string::npos) << b.output;
+  // Rank 0 alone speaks: one summary line, not two.
+  EXPECT_EQ(b.output.find("loss "), b.output.rfind("loss ")) << b.output;
+
+  const auto header = read_log(distributed / "log.jsonl").front();
+  EXPECT_EQ(header["data_parallel"]["ranks"], 2);
+  EXPECT_EQ(header["config"]["parallel"]["data_parallel"], 2);
+  EXPECT_EQ(numbers_of(read_log(replicated / "log.jsonl")), numbers_of(read_log(distributed / "log.jsonl")));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(bytes_of(replicated / "iter_0000006" / file), bytes_of(distributed / "iter_0000006" / file)) << file;
+  }
+  // The audit recomputes every audited element's update from the 2-rank log.
+  const auto audit = run_tandem({"audit", (distributed / "log.jsonl").string()}, "", "2>&1");
+  EXPECT_EQ(audit.exit_code, 0) << audit.output;
+}
+
+TEST_F(ProductionCli, ResumeOnMpiRanksIsBitExactAndOneRankTakesTheCheckpointUp) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const auto straight = root_ / "straight";
+  const auto resumed = root_ / "resumed";
+  const std::vector<std::string> ranks2 = {"--use-distributed-optimizer", "--bf16"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), ranks2.begin(), ranks2.end());
+    return tiny(extra);
+  };
+  ASSERT_EQ(run_tandem(with({"--save", straight.string()}), mpirun, "2>&1").exit_code, 0);
+  const auto first = run_tandem(with({"--save", resumed.string(), "--exit-interval", "2"}), mpirun, "2>&1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_TRUE(fs::exists(resumed / "iter_0000002"));
+  fs::copy(resumed, root_ / "half", fs::copy_options::recursive);
+  const auto second = run_tandem(with({"--save", resumed.string(), "--load", resumed.string()}), mpirun, "2>&1");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(bytes_of(straight / "iter_0000006" / file), bytes_of(resumed / "iter_0000006" / file)) << file;
+  }
+  // A checkpoint holds the whole state: one rank continues from the 2-rank iteration 2.
+  const auto single = run_tandem(tiny({"--load", (root_ / "half").string(), "--bf16",
+                                       "--save", (root_ / "single").string()}), "", "2>&1");
+  EXPECT_EQ(single.exit_code, 0) << single.output;
+  EXPECT_NE(single.output.find("resumed from"), std::string::npos) << single.output;
+  EXPECT_TRUE(fs::exists(root_ / "single" / "iter_0000006"));
+}
+
+TEST_F(ProductionCli, LaunchesThatDoNotFitTheRunAreRefusedWithExitTwo) {
+  // DP 2 asked of one process.
+  const auto alone = run_tandem(tiny({"--data-parallel-size", "2"}), "", "2>&1");
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_NE(alone.output.find("mpirun -np 2"), std::string::npos) << alone.output;
+  const std::string mpirun = testing::mpirun_prefix(3);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  // 3 ranks cannot split a global batch of 4 (mbs 2): one message, from rank 0, and exit 2.
+  const auto three = run_tandem(tiny(), mpirun, "2>&1");
+  EXPECT_NE(three.exit_code, 0) << three.output;
+  EXPECT_NE(three.output.find("--global-batch-size"), std::string::npos) << three.output;
+  EXPECT_EQ(three.output.find("--global-batch-size"), three.output.rfind("--global-batch-size")) << three.output;
+  // The reference engine is one process.
+  std::vector<std::string> reference = tiny();
+  reference[2] = "reference";
+  const auto ranks = run_tandem(reference, testing::mpirun_prefix(2), "2>&1");
+  EXPECT_NE(ranks.exit_code, 0) << ranks.output;
+  EXPECT_NE(ranks.output.find("one process"), std::string::npos) << ranks.output;
 }
 
 }  // namespace

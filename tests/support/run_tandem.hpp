@@ -3,9 +3,11 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,15 @@ inline CommandResult run_tandem(const std::vector<std::string>& arguments,
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// `mpirun -np RANKS ` as a run_tandem prefix (root needs --allow-run-as-root; a 2-core CI machine
+// needs --oversubscribe), or empty when Open MPI's mpirun is not on the PATH.
+inline std::string mpirun_prefix(int ranks) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) return "";
+  std::string prefix = "mpirun -np " + std::to_string(ranks) + " --oversubscribe ";
+  if (::geteuid() == 0) prefix += "--allow-run-as-root ";
+  return prefix;
 }
 
 }  // namespace tandem::testing

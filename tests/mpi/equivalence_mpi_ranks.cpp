@@ -1,0 +1,31 @@
+// The equivalence harness with the production trainer's data-parallel ranks as MPI processes:
+// ctest runs this under `mpirun -np 2` and `-np 4` (tests/CMakeLists.txt). Every rank draws the
+// same cases (agree_on_seed), runs the reference itself and its own production rank, and agrees
+// on each verdict before asserting (agree_on_verdict), so a failure shrinks on all ranks
+// together. Started without mpirun it has nothing to run and says so.
+#include <iostream>
+
+#include <gtest/gtest.h>
+
+#include "equivalence/gtest_registration.hpp"
+#include "production/collectives/mpi.hpp"
+
+int main(int argc, char** argv) {
+  tandem::production::MpiSession session;  // MPI when mpirun started this process
+  ::testing::InitGoogleTest(&argc, argv);
+  if (session.world_size() > 1) {
+    tandem::equivalence::register_equivalence_properties(
+        "EquivalenceMpi", false,
+        {tandem::equivalence::production_twin(false, tandem::equivalence::RankTransport::mpi)});
+  } else {
+    tandem::equivalence::register_check("EquivalenceMpi", "NeedsMpirun", [] {
+      GTEST_SKIP() << "start under mpirun -np N (N > 1): the production twin's ranks are the MPI ranks";
+    });
+  }
+  if (session.rank() != 0) {  // rank 0 reports; every rank holds the same verdicts
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    std::cout.setstate(std::ios::failbit);
+  }
+  return RUN_ALL_TESTS();
+}
