@@ -113,7 +113,9 @@ std::string Report::text(std::size_t max_lines) const {
     os << " (" << to_string(f->comparison) << "): reference " << f->reference << ", under test "
        << f->under_test << ", error " << f->error;
     if (f->comparison == Comparison::approximate) {
-      os << ", bound " << f->bound << " (" << std::setprecision(3) << 100.0 * share_of_bound(*f)
+      // The error as a share of the bound, failed or not (share_of_bound ranks failures first).
+      const double shown = f->bound > 0 ? f->error / f->bound : share_of_bound(*f);
+      os << ", bound " << f->bound << " (" << std::setprecision(3) << 100.0 * shown
          << "% of the bound)" << std::setprecision(17);
     }
     os << "\n";

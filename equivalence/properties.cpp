@@ -565,7 +565,8 @@ std::vector<PropertyEntry> make_properties() {
        {Mutant::decay_norm_weights, Mutant::l2_instead_of_decoupled, Mutant::clip_per_rank,
         Mutant::eps_inside_sqrt, Mutant::bias_correction_off_by_one,
         Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
-        Mutant::positions_not_reset}});
+        Mutant::positions_not_reset, Mutant::unreduced_gradients,
+        Mutant::rank_local_loss_denominator}});
   entries.push_back(
       {"TrainingOutputsMatchTheReference",
        "the twin under test's training outputs alone (no sample inspection) equal the reference's",

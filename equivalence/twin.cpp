@@ -117,9 +117,12 @@ class ReferenceTwin final : public Twin {
 // reaches every rank; rank 0 answers.
 class ProductionTwin final : public Twin {
  public:
-  ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport) : samples_(setup.samples) {
+  ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport,
+                 production::TestSwitches::Mutants mutants = {})
+      : samples_(setup.samples) {
     const auto ranks = static_cast<int>(setup.config.parallel.data_parallel);
     production::ProductionOptions base = options(setup, cuda);
+    base.switches.mutants = mutants;
     if (transport == RankTransport::mpi && ranks > 1) {
       base.collectives = [](production::Backend&) { return production::make_mpi_collectives(); };
       transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks";
@@ -296,6 +299,8 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::scheduler_advances_on_skip: m.scheduler_advances_on_skip = true; break;
     case Mutant::cross_document_attention:
     case Mutant::positions_not_reset: break;  // data-side
+    case Mutant::unreduced_gradients:
+    case Mutant::rank_local_loss_denominator: break;  // production-side
   }
   return m;
 }
@@ -311,7 +316,8 @@ std::vector<Mutant> all_mutants() {
           Mutant::clip_per_rank,              Mutant::microbatch_mean_under_per_token,
           Mutant::eps_inside_sqrt,            Mutant::bias_correction_off_by_one,
           Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
-          Mutant::positions_not_reset};
+          Mutant::positions_not_reset,        Mutant::unreduced_gradients,
+          Mutant::rank_local_loss_denominator};
 }
 
 std::string to_string(Mutant mutant) {
@@ -325,6 +331,8 @@ std::string to_string(Mutant mutant) {
     case Mutant::scheduler_advances_on_skip: return "scheduler_advances_on_skip";
     case Mutant::cross_document_attention: return "cross_document_attention";
     case Mutant::positions_not_reset: return "positions_not_reset";
+    case Mutant::unreduced_gradients: return "unreduced_gradients";
+    case Mutant::rank_local_loss_denominator: return "rank_local_loss_denominator";
   }
   return "?";
 }
@@ -408,7 +416,26 @@ std::vector<TwinKind> twins_under_test() {
   return kinds;
 }
 
+bool is_production_side(Mutant mutant) {
+  return mutant == Mutant::unreduced_gradients || mutant == Mutant::rank_local_loss_denominator;
+}
+
 TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
+  if (is_production_side(mutant)) {
+    // The production trainer itself, on 2 ranks (threads), with one data-parallel bug.
+    production::TestSwitches::Mutants mutants;
+    mutants.unreduced_gradients = mutant == Mutant::unreduced_gradients;
+    mutants.rank_local_loss_denominator = mutant == Mutant::rank_local_loss_denominator;
+    TwinKind kind = production_twin(false);
+    kind.name = "mutant-" + to_string(mutant);
+    kind.description = "production trainer (cpu, 2 ranks) with the mutant " + to_string(mutant);
+    kind.required_data_parallel = 2;
+    kind.adamw_element = nullptr;
+    kind.make = [mutants](const TwinSetup& setup) -> std::unique_ptr<Twin> {
+      return std::make_unique<ProductionTwin>(setup, false, RankTransport::threads, mutants);
+    };
+    return kind;
+  }
   TwinKind kind;
   kind.name = "mutant-" + to_string(mutant) + (at_production_tolerance ? "-at-fp32-bounds" : "");
   kind.description = "reference<double> with the mutant " + to_string(mutant) +

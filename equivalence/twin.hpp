@@ -71,7 +71,8 @@ struct AdamwElementCall {
 using AdamwElementFunction = std::function<AdamwElement(const AdamwElementCall&)>;
 
 // The deliberately wrong variants (trainer-side ones live in reference::Mutants; the data-side
-// ones rewrite the Sample the twin consumes).
+// ones rewrite the Sample the twin consumes; the production-side ones are data-parallel bugs in
+// production::TestSwitches::Mutants, run on 2 ranks).
 enum class Mutant {
   decay_norm_weights,
   l2_instead_of_decoupled,
@@ -82,9 +83,12 @@ enum class Mutant {
   scheduler_advances_on_skip,
   cross_document_attention,
   positions_not_reset,
+  unreduced_gradients,          // production: each rank updates with its own gradient
+  rank_local_loss_denominator,  // production: per-token scale by the rank's own loss tokens
 };
 std::vector<Mutant> all_mutants();
 std::string to_string(Mutant mutant);  // "eps_inside_sqrt"
+bool is_production_side(Mutant mutant);
 
 // A kind of twin: how to build one, and its arithmetic.
 struct TwinKind {

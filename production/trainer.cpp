@@ -176,7 +176,10 @@ void Trainer::reduce_gradients() {
   collectives_->all_to_all(main_grads_.data(), received_grads_.data(), shard);
   float* mine = main_grads_.at(collectives_->rank() * shard);
   backend_->copy(mine, received_grads_.data(), shard * static_cast<std::int64_t>(sizeof(float)));
-  for (int from = 1; from < collectives_->size(); ++from) {
+  if (options_.switches.mutants.unreduced_gradients) {  // test-only mutant: rank r's own part
+    backend_->copy(mine, received_grads_.at(collectives_->rank() * shard), shard * static_cast<std::int64_t>(sizeof(float)));
+  }
+  for (int from = 1; from < collectives_->size() && !options_.switches.mutants.unreduced_gradients; ++from) {
     backend_->add(AddParams{mine, received_grads_.at(from * shard), mine, shard, DType::f32});
   }
   if (!distributed_) {
@@ -323,8 +326,12 @@ IterationRecord Trainer::run_iteration() {
     std::int64_t microbatch_loss_tokens = 0;
     for (const Sample& sample : samples) microbatch_loss_tokens += sample.loss_tokens;
     double loss_scale = 0.0;
-    if (per_token && global_loss_tokens > 0) {
-      loss_scale = 1.0 / static_cast<double>(global_loss_tokens);
+    // Test-only mutant: the rank's own loss tokens as the per-token denominator.
+    const std::int64_t denominator = options_.switches.mutants.rank_local_loss_denominator
+                                         ? static_cast<std::int64_t>(local_counts[1])
+                                         : global_loss_tokens;
+    if (per_token && denominator > 0) {
+      loss_scale = 1.0 / static_cast<double>(denominator);
     } else if (!per_token && microbatch_loss_tokens > 0) {
       loss_scale = 1.0 / (static_cast<double>(microbatch_loss_tokens) *
                           static_cast<double>(microbatches * ranks));

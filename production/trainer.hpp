@@ -40,6 +40,12 @@ struct TestSwitches {
   // Iterations (1-based) whose reduced gradient is made NaN at flat element 0 (SPEC 8 tests), as
   // the reference's switch does.
   std::set<std::int64_t> nonfinite_gradient_iterations;
+  // Deliberately wrong data-parallel variants, for the equivalence harness's negative controls
+  // (equivalence/twin.hpp Mutant): each is a classic multi-rank bug the harness must catch.
+  struct Mutants {
+    bool unreduced_gradients = false;      // each rank updates with its own gradient only
+    bool rank_local_loss_denominator = false;  // per-token: divide by this rank's loss tokens
+  } mutants;
 };
 
 // This rank's collectives, made once its backend exists (NCCL needs the backend's stream).

@@ -129,6 +129,19 @@ TEST(Comparison, AReportFailsOnAValueOutsideItsBoundAndOnAClassMismatch) {
   EXPECT_NE(report.text().find("FAIL"), std::string::npos);
 }
 
+// A failed finding shows its error as a share of its bound (it printed "inf%" before).
+TEST(Comparison, AFailedFindingShowsItsErrorAsAShareOfTheBound) {
+  Report report;
+  Finding outside;
+  outside.quantity = "gradient";
+  outside.comparison = Comparison::approximate;
+  outside.error = 3.0;
+  outside.bound = 2.0;
+  outside.ok = false;
+  report.add(outside);
+  EXPECT_NE(report.text().find("(150% of the bound)"), std::string::npos) << report.text();
+}
+
 TEST(Verdict, AgreementIsTheIdentityWithOneProcess) {
   EXPECT_TRUE(agree_on_verdict(true));
   EXPECT_FALSE(agree_on_verdict(false));
