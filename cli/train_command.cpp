@@ -24,6 +24,7 @@ struct TrainCommandState {
   RunArguments run;
   TrainOptions options;
   std::vector<std::int64_t> nonfinite_iterations;
+  std::vector<std::int64_t> nonfinite_loss_iterations;
 };
 
 int train(const TrainCommandState& state, const production::MpiSession& session) {
@@ -34,6 +35,8 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
   TrainOptions options = state.options;
   options.test_nonfinite_gradient_iterations = {state.nonfinite_iterations.begin(),
                                                 state.nonfinite_iterations.end()};
+  options.test_nonfinite_loss_iterations = {state.nonfinite_loss_iterations.begin(),
+                                            state.nonfinite_loss_iterations.end()};
   if (options.engine == "production") {
     if (options.device == "cuda" && !production::cuda_backend_built()) {
       std::cerr << "error: --device cuda: the cuda backend is not built yet; fix: use "
@@ -132,6 +135,9 @@ Command add_train_command(CLI::App& parent) {
   sub->add_flag("--quiet", options.quiet, "no progress line per iteration")->group(group);
   // Test-only (hidden): make the reduced gradient of these iterations NaN (SPEC 8 tests).
   sub->add_option("--test-nonfinite-gradient-iterations", state->nonfinite_iterations)
+      ->delimiter(',')->group("");
+  // Test-only (hidden): make the global loss of these iterations NaN (SPEC 8's other condition).
+  sub->add_option("--test-nonfinite-loss-iterations", state->nonfinite_loss_iterations)
       ->delimiter(',')->group("");
 
   Command command;

@@ -204,6 +204,7 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
         weights.nan = 6;
         weights.infinity = 6;
         c.injection.value = *ieee_value<double>(weights);
+        c.injection.on_loss = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
       }
     }
     return c;
@@ -240,8 +241,13 @@ std::string case_name(const UpdateCase& c) {
      << r.schedule.lr_warmup_samples << " D" << r.schedule.lr_decay_samples << " @"
      << to_string(c.position) << " | " << (r.optimizer.bf16 ? "bf16" : "fp32");
   if (c.injection.iteration > 0) {
-    os << " | inject " << c.injection.value << " into element " << c.injection.element
-       << " at iteration " << c.injection.iteration;
+    os << " | inject " << c.injection.value;
+    if (c.injection.on_loss) {
+      os << " into the loss";
+    } else {
+      os << " into element " << c.injection.element;
+    }
+    os << " at iteration " << c.injection.iteration;
   }
   os << " | updates " << c.updates;
   return os.str();

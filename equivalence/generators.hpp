@@ -51,6 +51,7 @@ struct Injection {
   std::int64_t iteration = 0;  // 1-based iteration of the case; 0 = none
   std::int64_t element = 0;    // flat element (taken modulo P)
   double value = 0;            // from our IEEE generator
+  bool on_loss = false;        // the global loss becomes `value` instead of a gradient element
 };
 
 // One case: a run (model, optimizer, schedule, data rules), its documents, the two layouts, the

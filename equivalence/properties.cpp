@@ -71,7 +71,7 @@ void adapt_to(const TwinKind& kind, UpdateCase& c) {
       c.config = with_layout(c.config, c.reference_layout);
     }
   }
-  if (!kind.injects_any_value && c.injection.iteration > 0) {
+  if (!kind.injects_any_value && c.injection.iteration > 0 && !c.injection.on_loss) {
     c.injection.value = std::numeric_limits<double>::quiet_NaN();
     c.injection.element = 0;
   }
@@ -84,7 +84,11 @@ TwinSetup setup_for(const RunConfig& config, const reference::SampleProvider& sa
   TwinSetup setup;
   setup.config = config;
   setup.samples = samples;
-  if (injection.iteration > 0) {
+  if (injection.iteration > 0 && injection.on_loss) {
+    setup.nonfinite_loss_iterations = {start_samples / config.batch.global_batch_size +
+                                       injection.iteration};
+    setup.nonfinite_loss_value = injection.value;
+  } else if (injection.iteration > 0) {
     setup.nonfinite_gradient_iterations = {start_samples / config.batch.global_batch_size +
                                            injection.iteration};
     setup.nonfinite_gradient_value = injection.value;
@@ -249,6 +253,7 @@ void a_skipped_update_changes_only_the_counters_it_names(const TwinKind& kind) {
   c.injection.iteration = 2;  // after one real update, so the moments are not zero
   c.injection.value = *ieee_value<double>(weights);
   c.injection.element = *rc::gen::inRange<std::int64_t>(0, 1 << 20);
+  c.injection.on_loss = *rc::gen::weightedElement<bool>({{2, false}, {1, true}});
   adapt_to(kind, c);
   RunConfig config = with_layout(c.config, c.test_layout);
   config.optimizer.clip_grad = c.clip == ClipMode::off ? 0.0 : 1.0;
@@ -263,7 +268,9 @@ void a_skipped_update_changes_only_the_counters_it_names(const TwinKind& kind) {
   // SPEC 6, 8: the norm sums g*g; the injected square is the only term that can overflow (the
   // others are O(1) and below half an ulp of anything near DBL_MAX), so the update is skipped
   // exactly when value*value is not finite: NaN, +-inf, and |value| >= ~2^512.
-  const bool expect_skip = !std::isfinite(c.injection.value * c.injection.value);
+  // On the loss (SPEC 8's other condition): skipped exactly when the value is not finite.
+  const bool expect_skip = c.injection.on_loss ? !std::isfinite(c.injection.value)
+                                               : !std::isfinite(c.injection.value * c.injection.value);
   Report report;
   auto add = [&](const std::string& quantity, double a, double b) {
     Finding f;

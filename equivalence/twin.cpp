@@ -100,6 +100,8 @@ class ReferenceTwin final : public Twin {
     out.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
     out.nonfinite_gradient_value = setup.nonfinite_gradient_value;
     out.nonfinite_gradient_element = setup.nonfinite_gradient_element;
+    out.nonfinite_loss_iterations = setup.nonfinite_loss_iterations;
+    out.nonfinite_loss_value = setup.nonfinite_loss_value;
     out.mutants = mutants;
     return out;
   }
@@ -212,6 +214,8 @@ class ProductionTwin final : public Twin {
     production::ProductionOptions out;
     out.device = cuda ? production::Device::cuda : production::Device::cpu;
     out.switches.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
+    out.switches.nonfinite_loss_iterations = setup.nonfinite_loss_iterations;
+    out.switches.nonfinite_loss_value = setup.nonfinite_loss_value;
     return out;
   }
   // body(trainer of rank r, r) on every rank this process runs: one, or the thread group's.

@@ -37,6 +37,8 @@ struct TwinSetup {
   std::set<std::int64_t> nonfinite_gradient_iterations;  // 1-based iterations
   double nonfinite_gradient_value = 0;                    // written into ...
   std::int64_t nonfinite_gradient_element = 0;            // ... this flat element
+  std::set<std::int64_t> nonfinite_loss_iterations;       // 1-based: the loss becomes ...
+  double nonfinite_loss_value = 0;                        // ... this value
 };
 
 class Twin {

@@ -40,6 +40,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   production.device_index = production.device == Device::cuda ? ranks.local_rank : 0;
   production.collectives = ranks.collectives;
   production.switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
+  production.switches.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
   Trainer trainer(config, [source](std::int64_t index) { return source->sample(index); }, production);
 
   std::int64_t resumed_iteration = 0;

@@ -370,7 +370,10 @@ IterationRecord Trainer::run_iteration() {
     for (std::int64_t r = 0; r < ranks; ++r) loss_sum += all_losses[static_cast<std::size_t>(r * microbatches + m)];
   }
   last_loss_sum_ = loss_sum;
-  const double loss = global_loss_tokens > 0 ? loss_sum / static_cast<double>(global_loss_tokens) : 0.0;
+  double loss = global_loss_tokens > 0 ? loss_sum / static_cast<double>(global_loss_tokens) : 0.0;
+  if (options_.switches.nonfinite_loss_iterations.count(record.iteration) != 0) {
+    loss = options_.switches.nonfinite_loss_value;
+  }
   record.loss = loss;
 
   // 4. SPEC 6: the norm from fixed-order partial sums: each rank's shard's blocks, gathered, and

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <set>
 #include <vector>
@@ -40,6 +41,10 @@ struct TestSwitches {
   // Iterations (1-based) whose reduced gradient is made NaN at flat element 0 (SPEC 8 tests), as
   // the reference's switch does.
   std::set<std::int64_t> nonfinite_gradient_iterations;
+  // Iterations (1-based) whose global loss is replaced by `nonfinite_loss_value` on every rank
+  // (SPEC 8's other skip condition), as the reference's switch does.
+  std::set<std::int64_t> nonfinite_loss_iterations;
+  double nonfinite_loss_value = std::numeric_limits<double>::quiet_NaN();
   // Deliberately wrong data-parallel variants, for the equivalence harness's negative controls
   // (equivalence/twin.hpp Mutant): each is a classic multi-rank bug the harness must catch.
   struct Mutants {

@@ -36,6 +36,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
   const auto samples = open_training_samples(config, options);
   TestSwitches switches;
   switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
+  switches.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
   Trainer<Real> trainer(config, samples, switches);
 
   std::int64_t resumed_iteration = 0;

@@ -112,6 +112,9 @@ IterationRecord Trainer<Real>::run_iteration() {
 
   // SPEC 5: the logged loss is always the global token-weighted mean; 0 without loss tokens.
   last_loss_ = global_loss_tokens > 0 ? loss_sum / Real(global_loss_tokens) : Real(0);
+  if (switches_.nonfinite_loss_iterations.count(record.iteration) != 0) {
+    last_loss_ = Real(switches_.nonfinite_loss_value);
+  }
   record.loss = static_cast<double>(last_loss_);
 
   // 4. SPEC 6: global norm over every unique parameter element (the flat buffer holds each once).

@@ -48,6 +48,10 @@ struct TestSwitches {
   std::set<std::int64_t> nonfinite_gradient_iterations;
   double nonfinite_gradient_value = std::numeric_limits<double>::quiet_NaN();
   std::int64_t nonfinite_gradient_element = 0;
+  // Iterations (1-based) whose global loss is replaced by `nonfinite_loss_value` (SPEC 8's other
+  // skip condition: a non-finite loss with finite gradients).
+  std::set<std::int64_t> nonfinite_loss_iterations;
+  double nonfinite_loss_value = std::numeric_limits<double>::quiet_NaN();
   Mutants mutants;  // all false: the reference
 };
 

@@ -5,6 +5,7 @@
 // Kind of comparison: exact (files, fields, exit codes) and deterministic (bytes of checkpoints).
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -192,6 +193,27 @@ TEST_F(ProductionCli, ResumeOnMpiRanksIsBitExactAndOneRankTakesTheCheckpointUp) 
   EXPECT_EQ(single.exit_code, 0) << single.output;
   EXPECT_NE(single.output.find("resumed from"), std::string::npos) << single.output;
   EXPECT_TRUE(fs::exists(root_ / "single" / "iter_0000006"));
+}
+
+// SPEC 8's other skip condition through the binary: a NaN loss on 2 ranks (the gradients are
+// finite) skips the update on every rank, and the run goes on.
+TEST_F(ProductionCli, ANonFiniteLossSkipsTheUpdateOnEveryMpiRank) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const auto save = root_ / "loss";
+  const auto result = run_tandem(tiny({"--save", save.string(), "--test-nonfinite-loss-iterations", "2",
+                                       "--use-distributed-optimizer"}),
+                                 mpirun, "2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto records = read_log(save / "log.jsonl");
+  ASSERT_EQ(records.size(), 1u + 6u);
+  EXPECT_TRUE(records[1]["update_successful"].get<bool>());
+  EXPECT_FALSE(records[2]["update_successful"].get<bool>());
+  EXPECT_TRUE(records[2]["loss"].is_null()) << records[2].dump();  // NaN is written as null
+  EXPECT_TRUE(std::isfinite(records[2]["grad_norm"].get<double>()));
+  EXPECT_EQ(records[2]["step"], 1);
+  EXPECT_EQ(records[6]["skipped_updates"], 1);
+  EXPECT_EQ(records[6]["step"], 5);
 }
 
 TEST_F(ProductionCli, LaunchesThatDoNotFitTheRunAreRefusedWithExitTwo) {

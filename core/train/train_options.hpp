@@ -20,6 +20,7 @@ struct TrainOptions {
   bool quiet = false;                   // no progress line per iteration
   // Test-only: iterations (1-based) whose reduced gradient is made non-finite (SPEC 8 tests).
   std::set<std::int64_t> test_nonfinite_gradient_iterations;
+  std::set<std::int64_t> test_nonfinite_loss_iterations;  // the loss becomes NaN (SPEC 8 tests)
 };
 
 }  // namespace tandem
