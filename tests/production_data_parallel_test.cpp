@@ -20,7 +20,7 @@
 #include "production/collectives/thread_group.hpp"
 #include "production/sharding.hpp"
 #include "production/trainer.hpp"
-#include "tests/support/synthetic_data.hpp"
+#include "tests/support/tiny_production_run.hpp"
 
 namespace tandem {
 namespace {
@@ -118,13 +118,7 @@ TEST(ThreadGroup, AFailingRankReleasesTheOthersAndItsErrorIsRethrown) {
 // The tiny model (2 layers, d 32, 4 heads in 2 groups, seq 32), mbs 1, the global batch `gbs`.
 RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distributed) {
   RunConfig config;
-  config.model.num_layers = 2;
-  config.model.hidden_size = 32;
-  config.model.ffn_hidden_size = 64;
-  config.model.num_attention_heads = 4;
-  config.model.num_query_groups = 2;
-  config.model.seq_length = 32;
-  config.model.padded_vocab_size = 384;
+  config.model = testing::tiny_production_model();
   config.batch.micro_batch_size = 1;
   config.batch.global_batch_size = gbs;
   config.parallel.data_parallel = ranks;
@@ -146,13 +140,6 @@ RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distrib
   return config;
 }
 
-testing::StreamSamples tiny_samples() {
-  testing::StreamSamples samples;
-  samples.stream = testing::document_stream({5, 1, 23, 9, 70, 3, 17, 2, 40, 12}, 200, 7);
-  samples.seq_length = 32;
-  return samples;
-}
-
 // DP ranks as threads: one Trainer per rank, every call made on every rank together.
 class Ranks {
  public:
@@ -164,7 +151,7 @@ class Ranks {
       options.device = production::Device::cpu;
       options.switches = switches;
       options.collectives = [member = group_[static_cast<std::size_t>(rank)]](production::Backend&) { return member; };
-      trainer = std::make_unique<Trainer>(config, tiny_samples(), options);
+      trainer = std::make_unique<Trainer>(config, testing::tiny_production_samples(), options);
     });
   }
   // Every rank's record of one iteration.
@@ -337,7 +324,7 @@ TEST(DataParallel, ADataParallelSizeTheRanksDoNotHaveIsRefused) {
   production::ProductionOptions options;
   options.device = production::Device::cpu;
   try {
-    Trainer trainer(tiny_run(2, 4, false, false), tiny_samples(), options);  // one rank, DP 2
+    Trainer trainer(tiny_run(2, 4, false, false), testing::tiny_production_samples(), options);  // one rank, DP 2
     FAIL() << "no exception";
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("mpirun -np 2"), std::string::npos) << error.what();

@@ -21,7 +21,7 @@
 #include "production/checkpointing.hpp"
 #include "production/trainer.hpp"
 #include "reference/trainer.hpp"
-#include "tests/support/synthetic_data.hpp"
+#include "tests/support/tiny_production_run.hpp"
 
 namespace tandem {
 namespace {
@@ -30,13 +30,7 @@ constexpr std::int64_t kUpdates = 8;  // iterations each comparison trains
 
 RunConfig tiny_run(bool bf16) {
   RunConfig config;
-  config.model.num_layers = 2;
-  config.model.hidden_size = 32;
-  config.model.ffn_hidden_size = 64;
-  config.model.num_attention_heads = 4;
-  config.model.num_query_groups = 2;
-  config.model.seq_length = 32;
-  config.model.padded_vocab_size = 384;
+  config.model = testing::tiny_production_model();
   config.batch.micro_batch_size = 2;
   config.batch.global_batch_size = 4;  // 2 microbatches: main gradients accumulate
   config.optimizer.adam_beta1 = 0.9;
@@ -54,14 +48,6 @@ RunConfig tiny_run(bool bf16) {
   config.schedule.end_weight_decay = 0.1;
   config.schedule.wd_incr_samples = kUpdates * 4;
   return config;
-}
-
-// Documents from 1 token to longer than a window, so windows hold EODs at varied places.
-testing::StreamSamples tiny_samples() {
-  testing::StreamSamples samples;
-  samples.stream = testing::document_stream({5, 1, 23, 9, 70, 3, 17, 2, 40, 12}, 200, 7);
-  samples.seq_length = 32;
-  return samples;
 }
 
 production::ProductionOptions cpu_options() {
@@ -186,7 +172,7 @@ struct Worst {
 // returns how many approximate comparisons fell outside their bounds.
 std::int64_t compare_with_reference(const RunConfig& config, const RunConfig& production_config, bool exact) {
   const bool bf16 = config.optimizer.bf16;
-  const auto samples = tiny_samples();
+  const auto samples = testing::tiny_production_samples();
   reference::Trainer<double> ref(config, samples);
   production::Trainer prod(production_config, samples, cpu_options());
   prod.keep_last_gradient(true);
@@ -284,8 +270,8 @@ TEST(ProductionTrainer, Fp32BoundsRejectADoubledWeightDecay) {
 TEST(ProductionTrainer, TwoRunsAreBitwiseEqual) {
   for (const bool bf16 : {false, true}) {
     const RunConfig config = tiny_run(bf16);
-    production::Trainer first(config, tiny_samples(), cpu_options());
-    production::Trainer second(config, tiny_samples(), cpu_options());
+    production::Trainer first(config, testing::tiny_production_samples(), cpu_options());
+    production::Trainer second(config, testing::tiny_production_samples(), cpu_options());
     for (std::int64_t k = 0; k < 3; ++k) {
       const IterationRecord a = first.run_iteration();
       const IterationRecord b = second.run_iteration();
@@ -305,18 +291,18 @@ TEST(ProductionTrainer, ResumeFromACheckpointIsBitExact) {
   for (const bool bf16 : {false, true}) {
     const RunConfig config = tiny_run(bf16);
     const std::int64_t total = 5, first_leg = 2;
-    production::Trainer straight(config, tiny_samples(), cpu_options());
+    production::Trainer straight(config, testing::tiny_production_samples(), cpu_options());
     for (std::int64_t k = 0; k < total; ++k) straight.run_iteration();
 
     const auto directory = std::filesystem::temp_directory_path() /
                            ("tandem-production-resume-" + std::string(bf16 ? "bf16" : "fp32"));
     std::filesystem::remove_all(directory);
     {
-      production::Trainer leg(config, tiny_samples(), cpu_options());
+      production::Trainer leg(config, testing::tiny_production_samples(), cpu_options());
       for (std::int64_t k = 0; k < first_leg; ++k) leg.run_iteration();
       checkpoint::save_checkpoint(directory, production::make_checkpoint_state(leg));
     }
-    production::Trainer resumed(config, tiny_samples(), cpu_options());
+    production::Trainer resumed(config, testing::tiny_production_samples(), cpu_options());
     production::restore_checkpoint_state(resumed, checkpoint::load_checkpoint(directory));
     EXPECT_EQ(resumed.counters().iteration, first_leg);
     while (resumed.counters().iteration < total) resumed.run_iteration();
@@ -334,10 +320,10 @@ TEST(ProductionTrainer, NonFiniteGradientSkipsTheUpdateAsTheReferenceDoes) {
   const RunConfig config = tiny_run(false);
   reference::TestSwitches ref_switches;
   ref_switches.nonfinite_gradient_iterations = {2};
-  reference::Trainer<double> ref(config, tiny_samples(), ref_switches);
+  reference::Trainer<double> ref(config, testing::tiny_production_samples(), ref_switches);
   production::ProductionOptions options = cpu_options();
   options.switches.nonfinite_gradient_iterations = {2};
-  production::Trainer prod(config, tiny_samples(), options);
+  production::Trainer prod(config, testing::tiny_production_samples(), options);
   prod.run_iteration();
   ref.run_iteration();
   const auto before = prod.host_state();
@@ -364,8 +350,8 @@ TEST(ProductionTrainer, ChunkedCrossEntropyChangesNoLoss) {
   const RunConfig config = tiny_run(false);
   production::ProductionOptions chunked = cpu_options();
   chunked.logits_chunk_rows = 7;  // 64 rows per microbatch: 10 chunks, the last one short
-  production::Trainer whole(config, tiny_samples(), cpu_options());
-  production::Trainer pieces(config, tiny_samples(), chunked);
+  production::Trainer whole(config, testing::tiny_production_samples(), cpu_options());
+  production::Trainer pieces(config, testing::tiny_production_samples(), chunked);
   const IterationRecord a = whole.run_iteration();
   const IterationRecord b = pieces.run_iteration();
   EXPECT_EQ(a.loss, b.loss);
@@ -377,7 +363,7 @@ TEST(ProductionTrainer, AuditsTheReferenceElementsWithFp32Values) {
   const RunConfig config = tiny_run(false);
   const ModelLayout layout = make_model_layout(config.model);
   const auto elements = audit_elements(layout, 12, config.data.seed);
-  production::Trainer prod(config, tiny_samples(), cpu_options());
+  production::Trainer prod(config, testing::tiny_production_samples(), cpu_options());
   prod.set_audit_elements(elements);
   const auto before = prod.host_state();
   const IterationRecord record = prod.run_iteration();
@@ -408,12 +394,12 @@ TEST(ProductionTrainer, ModelFlopsFollowTheDocumentedConvention) {
 TEST(ProductionTrainer, RefusesLayoutsItDoesNotRunAndAnUnbuiltCudaBackend) {
   RunConfig config = tiny_run(false);
   config.parallel.data_parallel = 2;
-  EXPECT_THROW(production::Trainer(config, tiny_samples(), cpu_options()), std::invalid_argument);
+  EXPECT_THROW(production::Trainer(config, testing::tiny_production_samples(), cpu_options()), std::invalid_argument);
   if (!production::cuda_backend_built()) {
     production::ProductionOptions cuda;
     cuda.device = production::Device::cuda;
     try {
-      production::Trainer(tiny_run(false), tiny_samples(), cuda);
+      production::Trainer(tiny_run(false), testing::tiny_production_samples(), cuda);
       ADD_FAILURE() << "--device cuda without the cuda backend must fail";
     } catch (const std::runtime_error& error) {
       EXPECT_NE(std::string(error.what()).find("the cuda backend is not built yet"), std::string::npos);
