@@ -54,10 +54,36 @@ TEST(CheckCommand, TheExitStatusIsTheVerdictAWrongTwinFails) {
   EXPECT_NE(result.output.find("verdict: the twins DISAGREE"), std::string::npos);
 }
 
+TEST(CheckCommand, ProductionRanksOnThreadsAgreeWithTheReferencesEmulatedReplicas) {
+  const auto result = testing::run_tandem(
+      tiny_check({"--updates", "2", "--data-parallel-size", "2", "--use-distributed-optimizer"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("DP 2 x 1 microbatches x mbs 2, 2 ranks on threads, distributed optimizer"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("verdict: the twins agree"), std::string::npos);
+}
+
 TEST(CheckCommand, ALayoutTheProductionTwinCannotRunIsBadInput) {
-  const auto result =
-      testing::run_tandem(tiny_check({"--data-parallel-size", "2", "--world-size", "2"}), "", "2>&1");
+  // Ranks on one device would need NCCL across processes: cuda runs one rank per process.
+  const auto result = testing::run_tandem(
+      tiny_check({"--data-parallel-size", "2", "--device", "cuda"}), "", "2>&1");
   EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("mpirun -np 2"), std::string::npos) << result.output;
+}
+
+TEST(CheckCommand, UnderMpirunEachProcessIsOneProductionRankAndRankZeroReports) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const auto result = testing::run_tandem(tiny_check({"--updates", "2"}), mpirun, "2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("rank of 2 MPI ranks"), std::string::npos) << result.output;
+  const auto verdict = result.output.find("verdict: the twins agree");
+  EXPECT_NE(verdict, std::string::npos) << result.output;
+  EXPECT_EQ(verdict, result.output.rfind("verdict:")) << "one report, from rank 0:\n" << result.output;
+  // Only the production twin runs as ranks.
+  const auto reference = testing::run_tandem(tiny_check({"--fast-twin", "reference-double"}), mpirun, "2>&1");
+  EXPECT_EQ(reference.exit_code, 2) << reference.output;
 }
 
 }  // namespace
