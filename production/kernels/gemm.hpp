@@ -3,7 +3,7 @@
 // is rounded once when stored (beta * C is read widened, added in fp32). Every linear layer's
 // forward (X W^T), input gradient (dY W) and weight gradient (dY^T X, beta = 1 into the fp32 main
 // gradient) is one call. Host twin in gemm_host.cpp (k in increasing order per element); CUDA twin
-// in gemm.cu (cuBLASLt with a fixed algorithm, no split-K atomics).
+// in production/cuda/gemm_cublaslt.cpp (cuBLASLt with a fixed algorithm, no split-K atomics).
 #pragma once
 
 #include <cstdint>
