@@ -32,6 +32,7 @@
 #include "core/checkpoint/resume_check.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "core/config.hpp"
+#include "tests/support/run_tandem.hpp"
 
 namespace tandem::checkpoint {
 namespace {
@@ -134,20 +135,9 @@ std::vector<TensorData> sorted_by_name(std::vector<TensorData> tensors) {
   return tensors;
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CommandResult run_command(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) result.output += buffer.data();
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+// The command with its stderr, through /bin/sh (stdout and stderr together).
+testing::CommandResult run_command(const std::string& command) {
+  return testing::run_shell(command + " 2>&1");
 }
 
 std::string quoted(const fs::path& path) { return "'" + path.string() + "'"; }

@@ -30,19 +30,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-testing::CommandResult run_shell(const std::string& command) {
-  testing::CommandResult result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  std::size_t read = 0;
-  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
-    result.output.append(buffer.data(), read);
-  }
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+// The command with its stderr, through /bin/sh.
+testing::CommandResult run_shell(const std::string& command) { return testing::run_shell(command + " 2>&1"); }
 
 // 2 layers, width 64, 4 heads in 2 groups (GQA), biases off, untied; a large init std so the
 // logits are far from uniform and every part of the network matters.

@@ -18,6 +18,7 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
+#include "tests/support/tiny_train_cli.hpp"
 
 namespace tandem {
 namespace {
@@ -27,30 +28,11 @@ using testing::bytes_of;
 using testing::read_log;
 using testing::run_tandem;
 
-class ProductionCli : public ::testing::Test {
+class ProductionCli : public testing::TinyTrainCli {
  protected:
-  fs::path root_;
-
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("tandem_production_cli_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  // The tiny model on the embedded corpus: 6 updates of 4 samples x 32 tokens, on the cpu backend.
+  // The tiny run (tests/support/tiny_train_cli.hpp) on the production engine's cpu backend.
   std::vector<std::string> tiny(const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> arguments = {
-        "train", "--engine", "production", "--device", "cpu", "--num-layers", "2", "--hidden-size", "32",
-        "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
-        "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "4",
-        "--train-samples", "24", "--lr", "3e-3", "--min-lr", "3e-4", "--lr-warmup-samples", "8",
-        "--lr-decay-style", "cosine", "--clip-grad", "1.0", "--weight-decay", "0.1",
-        "--data-cache", (root_ / "data").string(), "--quiet"};
-    arguments.insert(arguments.end(), extra.begin(), extra.end());
-    return arguments;
+    return tiny_train({"--engine", "production", "--device", "cpu"}, extra);
   }
 };
 

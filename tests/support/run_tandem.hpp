@@ -31,13 +31,8 @@ inline std::string shell_quoted(const std::string& word) {
   return out + "'";
 }
 
-// `prefix TANDEM_BINARY arguments... suffix`; prefix may set variables ("PATH=/x "), suffix may
-// redirect ("2>&1").
-inline CommandResult run_tandem(const std::vector<std::string>& arguments,
-                                const std::string& prefix = "", const std::string& suffix = "") {
-  std::string command = prefix + shell_quoted(TANDEM_BINARY);
-  for (const auto& argument : arguments) command += " " + shell_quoted(argument);
-  command += " " + suffix;
+// Runs `command` through /bin/sh and captures its stdout (stderr too when the command redirects it).
+inline CommandResult run_shell(const std::string& command) {
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -49,6 +44,15 @@ inline CommandResult run_tandem(const std::vector<std::string>& arguments,
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// `prefix TANDEM_BINARY arguments... suffix`; prefix may set variables ("PATH=/x ") or launch
+// ("mpirun -np 2 "), suffix may redirect ("2>&1").
+inline CommandResult run_tandem(const std::vector<std::string>& arguments,
+                                const std::string& prefix = "", const std::string& suffix = "") {
+  std::string command = prefix + shell_quoted(TANDEM_BINARY);
+  for (const auto& argument : arguments) command += " " + shell_quoted(argument);
+  return run_shell(command + " " + suffix);
 }
 
 // `mpirun -np RANKS ` as a run_tandem prefix (root needs --allow-run-as-root; a 2-core CI machine
