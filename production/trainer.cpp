@@ -228,6 +228,7 @@ void Trainer::restore(const HostState& state) {
 // --audit-params: the owner of each audited element (the shard's rank with the distributed
 // optimizer, else rank 0, whose whole state every rank equals) reports it; one gather shares it.
 std::vector<AuditEntry> Trainer::audit_before_update(const IterationRecord& record) const {
+  if (audit_elements_.empty()) return {};  // the same on every rank: no exchange to skip alone
   constexpr std::size_t kValues = 4;  // old value, gradient, old m, old v
   std::vector<double> mine(audit_elements_.size() * kValues, 0.0);
   for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
@@ -264,6 +265,7 @@ std::vector<AuditEntry> Trainer::audit_before_update(const IterationRecord& reco
 }
 
 void Trainer::audit_after_update(std::vector<AuditEntry>& entries) const {
+  if (audit_elements_.empty()) return;
   constexpr std::size_t kValues = 3;  // m, v, new value
   std::vector<double> mine(audit_elements_.size() * kValues, 0.0);
   for (std::size_t i = 0; i < audit_elements_.size(); ++i) {

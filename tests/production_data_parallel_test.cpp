@@ -92,6 +92,9 @@ TEST(ThreadGroup, ExchangesMoveExactlyTheDocumentedBytes) {
     for (int r = 0; r < kRanks; ++r) {
       if (parts[static_cast<std::size_t>(r)] != 7 * r) throw std::runtime_error("all_gather_in_place: wrong part");
     }
+    // Exchanges of nothing are allowed (a null pointer with no bytes, as an empty vector has).
+    collectives.all_gather_host(nullptr, nullptr, 0);
+    collectives.all_to_all(nullptr, nullptr, 0);
     const std::vector<double> mine = {static_cast<double>(rank), 0.5};
     const std::vector<double> all = production::all_gather_values(collectives, mine);
     for (int r = 0; r < kRanks; ++r) {

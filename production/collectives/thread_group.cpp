@@ -57,18 +57,20 @@ class ThreadRank final : public Collectives {
   // reuses its memory while another still reads it).
   void all_gather_host(const double* sent, double* received, std::int64_t count) override {
     exchange(sent, [&](int from, const void* theirs) {
+      if (count == 0) return;
       std::memcpy(received + from * count, theirs, static_cast<std::size_t>(count) * sizeof(double));
     });
   }
   void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
     exchange(sent, [&](int from, const void* theirs) {
+      if (chunk == 0) return;
       std::memcpy(received + from * chunk, static_cast<const float*>(theirs) + rank_ * chunk,
                   static_cast<std::size_t>(chunk) * sizeof(float));
     });
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
     exchange(buffer, [&](int from, const void* theirs) {
-      if (from == rank_) return;
+      if (from == rank_ || chunk_bytes == 0) return;
       std::memcpy(static_cast<char*>(buffer) + from * chunk_bytes,
                   static_cast<const char*>(theirs) + from * chunk_bytes,
                   static_cast<std::size_t>(chunk_bytes));
@@ -79,6 +81,7 @@ class ThreadRank final : public Collectives {
   void abandon() { shared_->abandon(); }
 
  private:
+  // (memcpy of zero bytes may still not take a null pointer: exchanges of nothing skip it.)
   template <class Copy>
   void exchange(const void* mine, Copy&& copy) {
     shared_->published[static_cast<std::size_t>(rank_)] = mine;
