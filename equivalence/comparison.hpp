@@ -59,6 +59,10 @@ struct UpdateObservation {
   TwinState before;
   TwinState after;
   std::vector<double> gradient;  // the main gradient the optimizer used (post-clip)
+  // [GBS] the update's samples in global order (the reference's): with them the gradient, norm
+  // and loss are held to equivalence/error_bounds.hpp's per-element bounds; without them (or
+  // with bf16) to tolerance.hpp's worst case.
+  std::vector<Sample> batch;
 };
 
 // Compares one update of the twin under test with the reference's update from the same state.
@@ -73,6 +77,10 @@ void compare_samples(std::int64_t update, const Sample& reference, const Sample&
 // Exact comparison of two states (deterministic class: resume, skipped updates).
 void compare_states_bitwise(std::int64_t update, const std::string& what, const TwinState& reference,
                             const TwinState& under_test, Report& report);
+
+// The samples of the update that starts from `before` ([GBS], global order), as `twin` consumes
+// them: UpdateObservation::batch.
+std::vector<Sample> update_batch(const Twin& twin, const TwinState& before, const RunConfig& config);
 
 // Runs `updates` updates of `under_test`, each held against `reference` loaded with the twin's
 // own state first. Both must have been built on the same samples and injection.
