@@ -535,8 +535,9 @@ std::vector<PropertyEntry> make_properties() {
        "the twin under test equals the reference update by update, from the same state",
        Comparison::approximate,
        "counters, lr, wd, step, flags and consumed samples exact; loss, norm, clip coefficient, "
-       "gradient, weights, m, v within tolerance.hpp's gradient/norm/loss/AdamW-element bounds "
-       "(gamma_n of both arithmetics, n = GBS x seq x max(d, F, V))",
+       "gradient, weights, m, v within tolerance.hpp's norm/AdamW-element bounds and, per "
+       "element, the smaller of error_bounds.hpp's first-order bound and tolerance.hpp's worst "
+       "case (gamma_n of both arithmetics, n = GBS x seq x max(d, F, V))",
        200, always, updates_match_the_reference,
        {Mutant::decay_norm_weights, Mutant::l2_instead_of_decoupled, Mutant::clip_per_rank,
         Mutant::eps_inside_sqrt, Mutant::bias_correction_off_by_one,
