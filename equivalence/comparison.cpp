@@ -182,8 +182,9 @@ void compare_update(std::int64_t update, const RunConfig& config, const ModelLay
   add_exact("pad_tokens", static_cast<double>(r.pad_tokens), static_cast<double>(t.pad_tokens));
   compare_counters(update, "counters.", ref.after.counters, test.after.counters, report);
 
-  // Approximate: loss and norm (SPEC 5, 6), from the per-element bounds of the update's batch
-  // (error_bounds.hpp) or, without the batch or with bf16, the worst case (tolerance.hpp).
+  // Approximate: loss and norm (SPEC 5, 6), from the gradient's element bounds: the worst case
+  // (tolerance.hpp) or, given the update's batch and no bf16, the smaller of it and the
+  // per-element bound (error_bounds.hpp).
   const ReductionShape shape = reduction_shape(config);
   const std::size_t elements = ref.gradient.size();
   const double coeff = r.clip_coeff;
