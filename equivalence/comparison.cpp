@@ -163,6 +163,31 @@ void compare_states_bitwise(std::int64_t update, const std::string& what, const 
   compare_counters(update, what + "counters.", r.counters, t.counters, report);
 }
 
+UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisions,
+                           const UpdateObservation& reference, double clip_coeff) {
+  const IterationRecord& r = reference.record;
+  const ReductionShape shape = reduction_shape(config);
+  double max_pre_clip = 0;
+  for (const double g : reference.gradient) max_pre_clip = std::max(max_pre_clip, std::abs(g) / clip_coeff);
+  const double worst_case = gradient_bound(shape, precisions, max_pre_clip);
+  UpdateBounds bounds;
+  bounds.gradient.assign(reference.gradient.size(), worst_case);
+  bounds.loss = loss_bound(shape, precisions, r.loss, config.model.padded_vocab_size);
+  bounds.norm = norm_bound(shape, precisions, worst_case, r.grad_norm);
+  if (reference.batch.empty() || !per_element_bounds_apply(precisions)) return bounds;
+  // Each element (and the loss) takes the smaller of two bounds: the per-element one is the
+  // sharper at the top of the network, the worst case at depth (docs/EQUIVALENCE.md).
+  const GradientErrorBounds sharp =
+      gradient_error_bounds(config, reference.before.params, reference.batch, precisions);
+  for (std::size_t i = 0; i < bounds.gradient.size() && i < sharp.gradient.size(); ++i) {
+    bounds.gradient[i] = std::min(bounds.gradient[i], sharp.gradient[i]);
+  }
+  bounds.loss = std::min(bounds.loss, sharp.loss);
+  bounds.norm = std::min(bounds.norm,
+                         norm_bound_from_elements(shape, precisions, bounds.gradient, r.grad_norm));
+  return bounds;
+}
+
 void compare_update(std::int64_t update, const RunConfig& config, const ModelLayout& layout,
                     const PrecisionPair& precisions, const UpdateObservation& ref,
                     const UpdateObservation& test, Report& report) {
@@ -182,29 +207,13 @@ void compare_update(std::int64_t update, const RunConfig& config, const ModelLay
   add_exact("pad_tokens", static_cast<double>(r.pad_tokens), static_cast<double>(t.pad_tokens));
   compare_counters(update, "counters.", ref.after.counters, test.after.counters, report);
 
-  // Approximate: loss and norm (SPEC 5, 6), from the gradient's element bounds: the worst case
-  // (tolerance.hpp) or, given the update's batch and no bf16, the smaller of it and the
-  // per-element bound (error_bounds.hpp).
-  const ReductionShape shape = reduction_shape(config);
+  // Approximate: loss and norm (SPEC 5, 6).
   const std::size_t elements = ref.gradient.size();
   const double coeff = r.clip_coeff;
-  double max_pre_clip = 0;
-  for (const double g : ref.gradient) max_pre_clip = std::max(max_pre_clip, std::abs(g) / coeff);
-  const double worst_case = gradient_bound(shape, precisions, max_pre_clip);
-  std::vector<double> grad_errors(elements, worst_case);  // [P] pre-clip gradient bounds
-  double loss_error = loss_bound(shape, precisions, r.loss, config.model.padded_vocab_size);
-  double norm_error = norm_bound(shape, precisions, worst_case, r.grad_norm);
-  if (!ref.batch.empty() && per_element_bounds_apply(precisions)) {
-    // Each element (and the loss) takes the smaller of two bounds: the per-element one is the
-    // sharper at the top of the network, the worst case at depth (docs/EQUIVALENCE.md).
-    const GradientErrorBounds bounds =
-        gradient_error_bounds(config, ref.before.params, ref.batch, precisions);
-    for (std::size_t i = 0; i < elements && i < bounds.gradient.size(); ++i) {
-      grad_errors[i] = std::min(grad_errors[i], bounds.gradient[i]);
-    }
-    loss_error = std::min(loss_error, bounds.loss);
-    norm_error = std::min(norm_error, norm_bound_from_elements(shape, precisions, grad_errors, r.grad_norm));
-  }
+  const UpdateBounds bounds = update_bounds(config, precisions, ref, coeff);
+  const std::vector<double>& grad_errors = bounds.gradient;
+  const double loss_error = bounds.loss;
+  const double norm_error = bounds.norm;
   report.add(approximate(update, "loss", "", r.loss, t.loss, loss_error));
   report.add(approximate(update, "grad_norm", "", r.grad_norm, t.grad_norm, norm_error));
 

@@ -65,6 +65,18 @@ struct UpdateObservation {
   std::vector<Sample> batch;
 };
 
+// The bounds an update's gradient (before clipping), norm and loss are held to: tolerance.hpp's
+// worst case, and where the reference's batch is known and no side stores bf16, per element the
+// smaller of it and error_bounds.hpp's first-order bound (norm: sqrt of the elements' squares).
+struct UpdateBounds {
+  std::vector<double> gradient;  // [P] |g_test - g_ref| before clipping
+  double norm = 0;
+  double loss = 0;
+};
+// `reference`: record, before.params, gradient (after clipping by `clip_coeff`) and batch.
+UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisions,
+                           const UpdateObservation& reference, double clip_coeff);
+
 // Compares one update of the twin under test with the reference's update from the same state.
 void compare_update(std::int64_t update, const RunConfig& config, const ModelLayout& layout,
                     const PrecisionPair& precisions, const UpdateObservation& reference,
