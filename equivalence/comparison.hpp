@@ -4,7 +4,8 @@
 //                counters, scheduler samples, step, lr, wd, clipped, update_successful, and the
 //                samples the twin consumed (tokens, labels, loss mask, positions, attention spans);
 //   approximate  loss, grad_norm, clip_coeff, the main gradient, weights, m and v, within the
-//                bounds of tolerance.hpp. NaN/Inf and sign classes are compared first.
+//                bounds of tolerance.hpp, sharpened per element by error_bounds.hpp where it
+//                applies (update_bounds). NaN/Inf and sign classes are compared first.
 // The report prints, per update and quantity, both values, the error, the bound and the error as
 // a share of the bound (STYLE: the exit status is the verdict, the report the diagnosis).
 #pragma once

@@ -61,7 +61,9 @@ struct PrecisionPair {
   Precision reference;
 };
 
-// Gradient element (after reduction, before clipping). Two evaluations of the same sum of n terms
+// Gradient element (after reduction, before clipping), the worst case: every element gets the
+// same bound. equivalence/error_bounds.hpp's per-element bound sharpens it where it is smaller
+// (comparison.hpp's update_bounds). Two evaluations of the same sum of n terms
 // differ by at most (gamma_n(u_test) + gamma_n(u_ref)) sum|terms|; sum|terms| is taken as
 // max|g| x GBS (the per-sample parts may cancel). A bf16 twin adds one compute rounding per store
 // along the path: forward_depth x u_compute x max|g| x GBS.
