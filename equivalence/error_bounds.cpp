@@ -283,8 +283,8 @@ class ErrorPass {
           query_grad.value.data(), key_grad.value.data(), value_grad.value.data(), rounding_,
           query_grad.error.data(), key_grad.error.data(), value_grad.error.data());
       // RoPE's transpose: magnitudes of the gradients before it, errors in place.
-      const Bounded query_grad_rotated = query_grad;
-      const Bounded key_grad_rotated = key_grad;
+      const Bounded query_grad_rotated = query_grad;  // [seq, H*hd]
+      const Bounded key_grad_rotated = key_grad;      // [seq, G*hd]
       reference::rope_backward(query_grad.value.data(), cosines_.data(), sines_.data(), seq_, heads_, hd_);
       reference::rope_backward(key_grad.value.data(), cosines_.data(), sines_.data(), seq_, groups_, hd_);
       error_ops::rope_error(query_grad_rotated.value.data(), query_grad.error.data(), cosines_.data(),

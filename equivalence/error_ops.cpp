@@ -13,9 +13,17 @@
 namespace tandem::equivalence::error_ops {
 namespace {
 
-// Relative error of exp(x) or absolute error of log(y) = x, on either side: the library's (at
-// most a few ulp, more for CUDA's fast forms with large |x|) plus the rounding of its argument.
-double transcendental_error(const Rounding& r, double x) { return r.unit * (8.0 + 4.0 * std::abs(x)); }
+// exp, log, pow, rsqrt of the host libraries and CUDA err by at most 2 ulp = 4u near 1; counted
+// twice over, in units of u.
+constexpr double kLibraryUnits = 8.0;
+// CUDA's expf errs by a further ~1.2 ulp (2.4u) per unit of |x|; with the argument's own rounding,
+// counted as 4u per unit.
+constexpr double kUnitsPerArgument = 4.0;
+
+// Relative error of exp(x) or absolute error of log(y) = x, on either side.
+double transcendental_error(const Rounding& r, double x) {
+  return r.unit * (kLibraryUnits + kUnitsPerArgument * std::abs(x));
+}
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -104,7 +112,7 @@ void linear_backward_error(const double* input, const double* input_error, const
                            const Rounding& r, std::int64_t accumulation_terms, double* input_grad,
                            double* input_grad_error, double* weight_grad_error,
                            double* bias_grad_error) {
-  std::vector<double> absolute(static_cast<std::size_t>(rows * std::max(in, out)));
+  std::vector<double> absolute(static_cast<std::size_t>(rows * std::max(in, out)));  // [rows, out]
   if (input_grad != nullptr) {
     // dx = dy W: e(dx) = (e(dy) + (gamma_{out+2} + store_w) |dy|) |W|; then the accumulate and
     // the store round by (u + store) (|dx before| + |contribution|).
@@ -153,7 +161,7 @@ void rmsnorm_forward_error(const double* input, const double* input_error, const
     double carried = 0;
     for (std::int64_t k = 0; k < width; ++k) carried += std::abs(x[k]) * ex[k];
     const double er = scale * scale * scale * carried / static_cast<double>(width) +
-                      scale * (r.gamma(width + 2) + 8 * r.unit);
+                      scale * (r.gamma(width + 2) + kLibraryUnits * r.unit);
     inverse_rms_error[row] = er;
     // y_j = x_j r w_j: carried e(x) r |w| + |x w| e(r); two products and the store round
     // (gamma_3), the compute weight and the store in bf16 (2 store) relative to |y|.
@@ -220,8 +228,9 @@ void rope_table_error(const std::int32_t* positions, std::int64_t rows, std::int
     const double frequency = std::pow(base, static_cast<double>(-2 * i) / static_cast<double>(head_dim));
     for (std::int64_t row = 0; row < rows; ++row) {
       const double angle = std::abs(static_cast<double>(positions[row]) * frequency);
-      // The frequency (pow, a few ulp), the product and cos/sin with the table's store.
-      table_error[row * half + i] = r.unit * (8.0 * angle + 8.0);
+      // cos/sin and the table's store; the angle's error (pow's and the product's, relative to
+      // |angle|) reaches cos/sin with slope at most 1.
+      table_error[row * half + i] = r.unit * (kLibraryUnits + 2 * kUnitsPerArgument * angle);
     }
   }
 }
