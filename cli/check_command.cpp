@@ -120,6 +120,7 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
     reference.record = truth_twin->run_iteration();
     reference.after = truth_twin->state();
     reference.gradient = truth_twin->last_gradient();
+    reference.batch = equivalence::update_batch(*truth_twin, reference.before, config);
     under_test.record = fast_twin->run_iteration();
     under_test.after = fast_twin->state();
     under_test.gradient = fast_twin->last_gradient();

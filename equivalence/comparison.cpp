@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "equivalence/error_bounds.hpp"
 #include "equivalence/float_generator.hpp"
 
 namespace tandem::equivalence {
@@ -164,6 +165,31 @@ void compare_states_bitwise(std::int64_t update, const std::string& what, const 
   compare_counters(update, what + "counters.", r.counters, t.counters, report);
 }
 
+UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisions,
+                           const UpdateObservation& reference, double clip_coeff) {
+  const IterationRecord& r = reference.record;
+  const ReductionShape shape = reduction_shape(config);
+  double max_pre_clip = 0;
+  for (const double g : reference.gradient) max_pre_clip = std::max(max_pre_clip, std::abs(g) / clip_coeff);
+  const double worst_case = gradient_bound(shape, precisions, max_pre_clip);
+  UpdateBounds bounds;
+  bounds.gradient.assign(reference.gradient.size(), worst_case);
+  bounds.loss = loss_bound(shape, precisions, r.loss, config.model.padded_vocab_size);
+  bounds.norm = norm_bound(shape, precisions, worst_case, r.grad_norm);
+  if (reference.batch.empty() || !per_element_bounds_apply(precisions)) return bounds;
+  // Each element (and the loss) takes the smaller of two bounds: the per-element one is the
+  // sharper at the top of the network, the worst case at depth (docs/EQUIVALENCE.md).
+  const GradientErrorBounds sharp =
+      gradient_error_bounds(config, reference.before.params, reference.batch, precisions);
+  for (std::size_t i = 0; i < bounds.gradient.size() && i < sharp.gradient.size(); ++i) {
+    bounds.gradient[i] = std::min(bounds.gradient[i], sharp.gradient[i]);
+  }
+  bounds.loss = std::min(bounds.loss, sharp.loss);
+  bounds.norm = std::min(bounds.norm,
+                         norm_bound_from_elements(shape, precisions, bounds.gradient, r.grad_norm));
+  return bounds;
+}
+
 void compare_update(std::int64_t update, const RunConfig& config, const ModelLayout& layout,
                     const PrecisionPair& precisions, const UpdateObservation& ref,
                     const UpdateObservation& test, Report& report) {
@@ -184,14 +210,13 @@ void compare_update(std::int64_t update, const RunConfig& config, const ModelLay
   compare_counters(update, "counters.", ref.after.counters, test.after.counters, report);
 
   // Approximate: loss and norm (SPEC 5, 6).
-  const ReductionShape shape = reduction_shape(config);
-  report.add(approximate(update, "loss", "", r.loss, t.loss,
-                         loss_bound(shape, precisions, r.loss, config.model.padded_vocab_size)));
+  const std::size_t elements = ref.gradient.size();
   const double coeff = r.clip_coeff;
-  double max_pre_clip = 0;
-  for (const double g : ref.gradient) max_pre_clip = std::max(max_pre_clip, std::abs(g) / coeff);
-  const double grad_error = gradient_bound(shape, precisions, max_pre_clip);
-  const double norm_error = norm_bound(shape, precisions, grad_error, r.grad_norm);
+  const UpdateBounds bounds = update_bounds(config, precisions, ref, coeff);
+  const std::vector<double>& grad_errors = bounds.gradient;
+  const double loss_error = bounds.loss;
+  const double norm_error = bounds.norm;
+  report.add(approximate(update, "loss", "", r.loss, t.loss, loss_error));
   report.add(approximate(update, "grad_norm", "", r.grad_norm, t.grad_norm, norm_error));
 
   if (r.update_successful != t.update_successful) return;  // reported above
@@ -224,7 +249,6 @@ void compare_update(std::int64_t update, const RunConfig& config, const ModelLay
                 : 0.0;
   report.add(approximate(update, "clip_coeff", "", r.clip_coeff, t.clip_coeff, coeff_error));
 
-  const std::size_t elements = ref.gradient.size();
   if (test.gradient.size() != elements || test.after.params.size() != elements) {
     report.add(exact(update, "elements", "", static_cast<double>(elements),
                      static_cast<double>(test.gradient.size())));
@@ -235,6 +259,7 @@ void compare_update(std::int64_t update, const RunConfig& config, const ModelLay
     for (std::int64_t e = 0; e < tensor.numel; ++e) {
       const auto i = static_cast<std::size_t>(tensor.offset + e);
       const double g = ref.gradient[i];
+      const double grad_error = grad_errors[i];
       const double g_error =
           r.clipped ? clipped_gradient_bound(g / coeff, grad_error, r.grad_norm, norm_error, coeff,
                                              precisions)
@@ -265,6 +290,15 @@ void compare_update(std::int64_t update, const RunConfig& config, const ModelLay
   }
 }
 
+std::vector<Sample> update_batch(const Twin& twin, const TwinState& before, const RunConfig& config) {
+  std::vector<Sample> batch;  // [GBS]
+  const std::int64_t first = before.counters.consumed_samples;
+  for (std::int64_t index = first; index < first + config.batch.global_batch_size; ++index) {
+    batch.push_back(twin.consumed_sample(index));
+  }
+  return batch;
+}
+
 void run_teacher_forced(Twin& reference, Twin& under_test, std::int64_t updates,
                         const RunConfig& config, const PrecisionPair& precisions, Report& report,
                         const std::function<void(std::int64_t, const UpdateObservation&,
@@ -280,6 +314,7 @@ void run_teacher_forced(Twin& reference, Twin& under_test, std::int64_t updates,
     ref.record = reference.run_iteration();
     ref.after = reference.state();
     ref.gradient = reference.last_gradient();
+    ref.batch = update_batch(reference, test.before, config);
     test.record = under_test.run_iteration();
     test.after = under_test.state();
     test.gradient = under_test.last_gradient();

@@ -4,7 +4,8 @@
 //                counters, scheduler samples, step, lr, wd, clipped, update_successful, and the
 //                samples the twin consumed (tokens, labels, loss mask, positions, attention spans);
 //   approximate  loss, grad_norm, clip_coeff, the main gradient, weights, m and v, within the
-//                bounds of tolerance.hpp. NaN/Inf and sign classes are compared first.
+//                bounds of tolerance.hpp, sharpened per element by error_bounds.hpp where it
+//                applies (update_bounds). NaN/Inf and sign classes are compared first.
 // The report prints, per update and quantity, both values, the error, the bound and the error as
 // a share of the bound (STYLE: the exit status is the verdict, the report the diagnosis).
 #pragma once
@@ -59,7 +60,23 @@ struct UpdateObservation {
   TwinState before;
   TwinState after;
   std::vector<double> gradient;  // the main gradient the optimizer used (post-clip)
+  // [GBS] the update's samples in global order (the reference's): with them the gradient, norm
+  // and loss are held to equivalence/error_bounds.hpp's per-element bounds; without them (or
+  // with bf16) to tolerance.hpp's worst case.
+  std::vector<Sample> batch;
 };
+
+// The bounds an update's gradient (before clipping), norm and loss are held to: tolerance.hpp's
+// worst case, and where the reference's batch is known and no side stores bf16, per element the
+// smaller of it and error_bounds.hpp's first-order bound (norm: sqrt of the elements' squares).
+struct UpdateBounds {
+  std::vector<double> gradient;  // [P] |g_test - g_ref| before clipping
+  double norm = 0;
+  double loss = 0;
+};
+// `reference`: record, before.params, gradient (after clipping by `clip_coeff`) and batch.
+UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisions,
+                           const UpdateObservation& reference, double clip_coeff);
 
 // Compares one update of the twin under test with the reference's update from the same state.
 void compare_update(std::int64_t update, const RunConfig& config, const ModelLayout& layout,
@@ -73,6 +90,10 @@ void compare_samples(std::int64_t update, const Sample& reference, const Sample&
 // Exact comparison of two states (deterministic class: resume, skipped updates).
 void compare_states_bitwise(std::int64_t update, const std::string& what, const TwinState& reference,
                             const TwinState& under_test, Report& report);
+
+// The samples of the update that starts from `before` ([GBS], global order), as `twin` consumes
+// them: UpdateObservation::batch.
+std::vector<Sample> update_batch(const Twin& twin, const TwinState& before, const RunConfig& config);
 
 // Runs `updates` updates of `under_test`, each held against `reference` loaded with the twin's
 // own state first. Both must have been built on the same samples and injection.

@@ -88,6 +88,13 @@ double norm_bound(const ReductionShape& shape, const PrecisionPair& precisions,
          sum_of_gammas(shape.elements + 1, precisions) * norm;
 }
 
+double norm_bound_from_elements(const ReductionShape& shape, const PrecisionPair& precisions,
+                                const std::vector<double>& element_bounds, double norm) {
+  double sum_of_squares = 0;
+  for (const double bound : element_bounds) sum_of_squares += bound * bound;
+  return std::sqrt(sum_of_squares) + sum_of_gammas(shape.elements + 1, precisions) * norm;
+}
+
 double loss_bound(const ReductionShape& shape, const PrecisionPair& precisions, double loss,
                   std::int64_t padded_vocab_size) {
   const double magnitude = std::abs(loss) + std::log(static_cast<double>(padded_vocab_size));

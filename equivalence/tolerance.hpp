@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 
@@ -60,7 +61,9 @@ struct PrecisionPair {
   Precision reference;
 };
 
-// Gradient element (after reduction, before clipping). Two evaluations of the same sum of n terms
+// Gradient element (after reduction, before clipping), the worst case: every element gets the
+// same bound. equivalence/error_bounds.hpp's per-element bound sharpens it where it is smaller
+// (comparison.hpp's update_bounds). Two evaluations of the same sum of n terms
 // differ by at most (gamma_n(u_test) + gamma_n(u_ref)) sum|terms|; sum|terms| is taken as
 // max|g| x GBS (the per-sample parts may cancel). A bf16 twin adds one compute rounding per store
 // along the path: forward_depth x u_compute x max|g| x GBS.
@@ -71,6 +74,11 @@ double gradient_bound(const ReductionShape& shape, const PrecisionPair& precisio
 // rounding of its own sum of P squares and the root: (gamma_{P+1}(u_test) + gamma_{P+1}(u_ref)) x norm.
 double norm_bound(const ReductionShape& shape, const PrecisionPair& precisions,
                   double gradient_element_bound, double norm);
+
+// Global norm from per-element bounds e_i (equivalence/error_bounds.hpp): |norm(a) - norm(b)| <=
+// ||a - b||_2 <= sqrt(sum e_i^2), plus each side's rounding of its own norm as in norm_bound.
+double norm_bound_from_elements(const ReductionShape& shape, const PrecisionPair& precisions,
+                                const std::vector<double>& element_bounds, double norm);
 
 // Loss: the mean of per-position CE = lse(z) - z_label over the global batch. Each CE is a
 // difference of terms of magnitude at most (loss + ln V_padded) to first order, reached through

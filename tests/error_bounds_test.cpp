@@ -1,0 +1,205 @@
+// The per-element error bounds (equivalence/error_bounds.hpp, error_ops.hpp): each rule covers an
+// exactly known rounding error and is within a small factor of it; a whole update of production
+// fp32 (and of the double reference against float50) stays inside them; and a gradient perturbed
+// by far less than the worst-case bound of tolerance.hpp (which accepts it) is rejected.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <vector>
+
+#include "core/model_layout.hpp"
+#include "equivalence/comparison.hpp"
+#include "equivalence/error_bounds.hpp"
+#include "equivalence/error_ops.hpp"
+#include "equivalence/generators.hpp"
+#include "equivalence/twin.hpp"
+
+namespace tandem::equivalence {
+namespace {
+
+TEST(ErrorOps, ALinearBoundCoversTheFp32ErrorOfASumThatLosesEverySmallTerm) {
+  // x = [1, 2^-25 x 63] . w = [1 x 64]: fp32 adds 1 first, and 1 + 2^-25 rounds back to 1 (half
+  // an ulp of 1 is 2^-24), so fp32 returns exactly 1 and errs by 63 x 2^-25. The double
+  // reference is exact here.
+  constexpr std::int64_t kTerms = 64;
+  std::vector<double> input(kTerms, std::ldexp(1.0, -25));  // [1, 64]
+  input[0] = 1.0;
+  const std::vector<double> weight(kTerms, 1.0);             // [1, 64]
+  const std::vector<double> input_error(kTerms, 0.0);        // [1, 64] exact inputs
+  float fp32_sum = 0.0f;
+  for (const double x : input) fp32_sum += static_cast<float>(x);
+  const double exact = 1.0 + 63 * std::ldexp(1.0, -25);
+  const double fp32_error = exact - static_cast<double>(fp32_sum);
+  ASSERT_EQ(fp32_error, 63 * std::ldexp(1.0, -25));
+
+  const error_ops::Rounding rounding = error_ops::rounding_of({fp32(), fp64()});
+  double bound = 0;  // [1, 1]
+  error_ops::linear_forward_error(input.data(), input_error.data(), weight.data(), nullptr, &exact,
+                                  1, kTerms, 1, rounding, true, &bound);
+  EXPECT_GE(bound, fp32_error);
+  // gamma_66 x 1 + u x 1 ~ 67 x 2^-24 = 134 x 2^-25: within 4x of the true error.
+  EXPECT_LE(bound, 4 * fp32_error);
+}
+
+TEST(ErrorOps, AnRmsnormOfExactInputsIsBoundedByItsOwnRoundingOnly) {
+  // x = [3, 4] (mean square 12.5), w = [1, 1], eps 0: r = 1/sqrt(12.5); each y rounds a few
+  // times: the bound is a few u relative, nothing carried.
+  const std::vector<double> input{3.0, 4.0};   // [1, 2]
+  const std::vector<double> weight{1.0, 1.0};  // [2]
+  const std::vector<double> zero(2, 0.0);      // [1, 2]
+  const double r = 1.0 / std::sqrt(12.5);
+  const std::vector<double> output{3.0 * r, 4.0 * r};  // [1, 2]
+  const error_ops::Rounding rounding = error_ops::rounding_of({fp32(), fp64()});
+  double r_error = 0;
+  std::vector<double> output_error(2, 0.0);  // [1, 2]
+  error_ops::rmsnorm_forward_error(input.data(), zero.data(), weight.data(), &r, output.data(), 1, 2,
+                                   rounding, &r_error, output_error.data());
+  const float fp32_r = 1.0f / std::sqrt((3.0f * 3.0f + 4.0f * 4.0f) / 2.0f);
+  EXPECT_GE(r_error, std::abs(static_cast<double>(fp32_r) - r));
+  EXPECT_LE(r_error, 32 * rounding.unit * r);
+  for (std::size_t j = 0; j < 2; ++j) {
+    const float y = static_cast<float>(input[j]) * fp32_r;
+    EXPECT_GE(output_error[j], std::abs(static_cast<double>(y) - output[j]));
+    EXPECT_LE(output_error[j], 64 * rounding.unit * output[j]);
+  }
+}
+
+// One update of `under_test` against `truth` from the same state on a small fixed case.
+struct OneUpdate {
+  RunConfig config;
+  UpdateObservation reference;
+  UpdateObservation under_test;
+};
+
+OneUpdate one_update(const TwinKind& truth, const TwinKind& fast) {
+  OneUpdate run;
+  RunConfig& config = run.config;
+  config.model.num_layers = 2;
+  config.model.hidden_size = 16;
+  config.model.ffn_hidden_size = 32;
+  config.model.num_attention_heads = 4;
+  config.model.num_query_groups = 2;
+  config.model.seq_length = 16;
+  config.batch.micro_batch_size = 2;
+  config.batch.global_batch_size = 4;
+  config.schedule.train_samples = 4;
+  config.schedule.lr_decay_samples = 4;
+  config.optimizer.clip_grad = 0.0;
+  DocumentLayout documents;
+  documents.lengths = {5, 40, 17, 9, 3, 60, 1, 25, 30, 12};
+  TwinSetup setup;
+  setup.config = config;
+  setup.samples = shipped_samples(config, documents);
+  auto truth_twin = truth.make(setup);
+  auto fast_twin = fast.make(setup);
+  run.under_test.before = fast_twin->state();
+  truth_twin->load_state(run.under_test.before);
+  run.reference.before = truth_twin->state();
+  run.reference.record = truth_twin->run_iteration();
+  run.reference.after = truth_twin->state();
+  run.reference.gradient = truth_twin->last_gradient();
+  run.reference.batch = update_batch(*truth_twin, run.reference.before, config);
+  run.under_test.record = fast_twin->run_iteration();
+  run.under_test.after = fast_twin->state();
+  run.under_test.gradient = fast_twin->last_gradient();
+  return run;
+}
+
+Report compare(const OneUpdate& run, const PrecisionPair& precisions, bool per_element) {
+  UpdateObservation reference = run.reference;
+  if (!per_element) reference.batch.clear();  // tolerance.hpp's worst case
+  Report report;
+  compare_update(1, run.config, make_model_layout(run.config.model), precisions, reference,
+                 run.under_test, report);
+  return report;
+}
+
+// The gradient element whose per-element bound is smallest relative to its value (the place a
+// sharper bound shows first), multiplied by (1 + relative).
+struct Perturbation {
+  OneUpdate run;
+  double per_element_bound = 0;  // of the perturbed element
+  double worst_case_bound = 0;   // tolerance.hpp's, the same for every element
+  double change = 0;             // |perturbed - reference|
+};
+
+Perturbation perturbed(OneUpdate run, const PrecisionPair& precisions, double relative) {
+  const GradientErrorBounds bounds =
+      gradient_error_bounds(run.config, run.reference.before.params, run.reference.batch, precisions);
+  std::size_t sharpest = 0;
+  double best = 0;
+  double max_abs = 0;
+  for (std::size_t i = 0; i < bounds.gradient.size(); ++i) {
+    const double g = std::abs(run.reference.gradient[i]);
+    max_abs = std::max(max_abs, g);
+    if (bounds.gradient[i] > 0 && g / bounds.gradient[i] > best) {
+      best = g / bounds.gradient[i];
+      sharpest = i;
+    }
+  }
+  Perturbation p;
+  p.per_element_bound = bounds.gradient[sharpest];
+  p.worst_case_bound = gradient_bound(reduction_shape(run.config), precisions, max_abs);
+  p.change = std::abs(run.reference.gradient[sharpest]) * relative;
+  run.under_test.gradient[sharpest] = run.reference.gradient[sharpest] * (1 + relative);
+  p.run = std::move(run);
+  return p;
+}
+
+// Negative control: a gradient element off by `relative` passes the worst-case bound and fails
+// the per-element one.
+void expect_only_the_per_element_bound_catches(const OneUpdate& run, const PrecisionPair& precisions,
+                                               double relative) {
+  const Perturbation wrong = perturbed(run, precisions, relative);
+  std::cout << "perturbed by " << wrong.change << ": per-element bound " << wrong.per_element_bound
+            << ", worst-case bound " << wrong.worst_case_bound << "\n";
+  ASSERT_GT(wrong.change, wrong.per_element_bound);
+  ASSERT_LT(wrong.change, wrong.worst_case_bound);
+  EXPECT_TRUE(compare(wrong.run, precisions, false).ok()) << "the worst-case bound misses it";
+  const Report caught = compare(wrong.run, precisions, true);
+  EXPECT_FALSE(caught.ok());
+  EXPECT_NE(caught.text().find("FAIL update 1 gradient"), std::string::npos) << caught.text();
+}
+
+// The norm's bound from per-element bounds, against sqrt(P) x the worst case.
+void expect_a_sharper_norm_bound(const OneUpdate& run, const PrecisionPair& precisions, double factor) {
+  const Report sharp = compare(run, precisions, true);
+  const Report loose = compare(run, precisions, false);
+  auto norm_bound_of = [](const Report& report) {
+    for (const Finding& f : report.findings()) {
+      if (f.quantity == "grad_norm") return f.bound;
+    }
+    return 0.0;
+  };
+  std::cout << "grad_norm bound: per-element " << norm_bound_of(sharp) << ", worst case "
+            << norm_bound_of(loose) << "\n";
+  EXPECT_GT(norm_bound_of(sharp), 0.0);
+  EXPECT_LT(factor * norm_bound_of(sharp), norm_bound_of(loose));
+}
+
+TEST(ErrorBounds, ProductionFp32IsInsideThePerElementBoundsWhichCatchWhatTheWorstCaseMisses) {
+  const PrecisionPair precisions{fp32(), fp64()};
+  const OneUpdate run = one_update(reference_twin(), production_twin(false));
+  const Report sharp = compare(run, precisions, true);
+  std::cout << "per-element bounds:\n" << sharp.text(40);
+  EXPECT_TRUE(sharp.ok()) << sharp.text();
+  EXPECT_TRUE(compare(run, precisions, false).ok());
+  expect_only_the_per_element_bound_catches(run, precisions, 1e-3);
+  expect_a_sharper_norm_bound(run, precisions, 2);
+}
+
+TEST(ErrorBounds, TheDoubleReferenceIsInsideItsFloat50PerElementBoundsWhichCatchWhatTheWorstCaseMisses) {
+  const PrecisionPair precisions{fp64(), float50()};
+  const OneUpdate run = one_update(reference50_twin(), reference_twin());
+  const Report sharp = compare(run, precisions, true);
+  std::cout << "per-element bounds:\n" << sharp.text(40);
+  EXPECT_TRUE(sharp.ok()) << sharp.text();
+  expect_only_the_per_element_bound_catches(run, precisions, 1e-11);
+  expect_a_sharper_norm_bound(run, precisions, 2);
+}
+
+}  // namespace
+}  // namespace tandem::equivalence
