@@ -1,7 +1,7 @@
 // `tandem train [ARGS] [--engine production|reference] [--device cuda|cpu]`: trains with the same
 // Megatron-style options as `tandem plan` (SPEC 12). The production engine (the default) is the
-// fast twin, on the cuda backend when a device answers, else on the cpu backend; the reference
-// engine is the exact CPU twin.
+// fast twin, on the cuda backend when a device answers, else on the cpu backend, on one rank or
+// on the data-parallel ranks mpirun/srun started; the reference engine is the exact CPU twin.
 #include <iostream>
 #include <ostream>
 #include <memory>
@@ -98,7 +98,9 @@ Command add_train_command(CLI::App& parent) {
   auto state = std::make_shared<TrainCommandState>();
   CLI::App* sub = parent.add_subcommand(
       "train", "Train with the production engine (default) or the reference engine (the exact CPU "
-               "twin); logs JSON Lines, writes checkpoints, resumes bit-exactly (SPEC 9, 12)");
+               "twin); logs JSON Lines, writes checkpoints, resumes bit-exactly (SPEC 9, 12). "
+               "Started by mpirun or srun, each process is one data-parallel rank of the "
+               "production engine");
   add_run_options(*sub, state->run);
   auto& options = state->options;
   const std::string group = "Training";

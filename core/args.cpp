@@ -201,16 +201,20 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "ranks in all, for planning without a launcher (default: TP x PP x CP x DP)")
       ->group(parallel);
   app.add_option("--data-parallel-size", args.data_parallel_size,
-                 "DP replicas (the reference engine emulates them in-process; default: "
-                 "world / (TP x PP x CP))")->group(parallel);
+                 "DP replicas (production: the ranks mpirun/srun started; the reference engine "
+                 "and tandem check emulate them in one process; default: world / (TP x PP x CP))")
+      ->group(parallel);
   app.add_flag("--sequence-parallel", v.parallel.sequence_parallel,
                "shard norms and dropout over TP (requires TP > 1)")->group(parallel);
   app.add_flag("--use-distributed-optimizer", v.parallel.use_distributed_optimizer,
-               "shard fp32 main params and Adam moments over DP")->group(parallel);
+               "shard fp32 main params and Adam moments over DP (production: each rank keeps "
+               "its shard; bitwise the same result as without)")->group(parallel);
   app.add_flag("--overlap-grad-reduce", v.parallel.overlap_grad_reduce,
-               "overlap the gradient reduction with backward")->group(parallel);
+               "overlap the gradient reduction with backward (planning only: the production "
+               "trainer does not overlap yet)")->group(parallel);
   app.add_flag("--overlap-param-gather", v.parallel.overlap_param_gather,
-               "overlap the parameter all-gather with forward")->group(parallel);
+               "overlap the parameter all-gather with forward (planning only: the production "
+               "trainer does not overlap yet)")->group(parallel);
 
   const std::string batch = "Batch";
   app.add_option("--micro-batch-size", v.batch.micro_batch_size, "samples per microbatch")
