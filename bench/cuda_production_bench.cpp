@@ -23,6 +23,7 @@
 #include "production/backend.hpp"
 #include "production/cuda/device.hpp"
 #include "production/cuda/gemm_cublaslt.hpp"
+#include "production/trainer.hpp"
 
 namespace {
 
@@ -100,7 +101,8 @@ void bench_update(Backend& gpu) {
   std::printf("adamw    %lld elements, %zu segments, bf16 copy: %.3f ms, %.0f GB/s = %.1f%% of the copy (target >= 85%%)\n",
               static_cast<long long>(count), segments.size(), adamw_seconds * 1e3, adamw_bytes / adamw_seconds / 1e9,
               100.0 * adamw_bytes / adamw_seconds / ceiling);
-  for (const std::int64_t block_elements : {std::int64_t{1} << 16, std::int64_t{1} << 20}) {
+  // The trainer's block (kNormBlockElements, the shard alignment) first, then larger ones.
+  for (const std::int64_t block_elements : {kNormBlockElements, std::int64_t{1} << 16, std::int64_t{1} << 20}) {
     Buffer<double> sums(gpu, squared_norm_blocks(count, block_elements));
     const SquaredNormParams norm{reinterpret_cast<const float*>(grads.data()), sums.data(), count, block_elements};
     const double seconds = median_seconds(gpu, 2, 10, [&] { gpu.squared_norm(norm); });
