@@ -298,24 +298,26 @@ IterationRecord Trainer::run_iteration() {
   // 1. This rank's microbatches; the global batch's token counts and model FLOPs (SPEC 5: the
   // per-token denominator is the whole global batch's), gathered from every rank.
   std::vector<std::vector<Sample>> batch(static_cast<std::size_t>(microbatches));
-  std::vector<double> local_counts(4, 0.0);  // input, loss, pad tokens; model FLOPs
+  // What each rank contributes, in these slots (token counts are integers far below 2^53: exact).
+  enum Slot : std::size_t { kInputTokens, kLossTokens, kPadTokens, kModelFlops, kSlots };
+  std::vector<double> local_counts(kSlots, 0.0);
   for (std::int64_t m = 0; m < microbatches; ++m) {
     batch[static_cast<std::size_t>(m)] = microbatch_samples(m);
     for (const Sample& sample : batch[static_cast<std::size_t>(m)]) {
-      local_counts[0] += static_cast<double>(sample.input_tokens);
-      local_counts[1] += static_cast<double>(sample.loss_tokens);
-      local_counts[2] += static_cast<double>(sample.pad_tokens);
+      local_counts[kInputTokens] += static_cast<double>(sample.input_tokens);
+      local_counts[kLossTokens] += static_cast<double>(sample.loss_tokens);
+      local_counts[kPadTokens] += static_cast<double>(sample.pad_tokens);
     }
-    local_counts[3] += model_flops(config_.model, batch[static_cast<std::size_t>(m)]);
+    local_counts[kModelFlops] += model_flops(config_.model, batch[static_cast<std::size_t>(m)]);
   }
-  const std::vector<double> counts = all_gather_values(*collectives_, local_counts);  // [DP, 4]
+  const std::vector<double> counts = all_gather_values(*collectives_, local_counts);  // [DP, kSlots]
   double flops = 0.0;
   for (std::int64_t r = 0; r < ranks; ++r) {
-    // Token counts are integers far below 2^53: exact in double.
-    record.input_tokens += static_cast<std::int64_t>(counts[static_cast<std::size_t>(r * 4 + 0)]);
-    record.loss_tokens += static_cast<std::int64_t>(counts[static_cast<std::size_t>(r * 4 + 1)]);
-    record.pad_tokens += static_cast<std::int64_t>(counts[static_cast<std::size_t>(r * 4 + 2)]);
-    flops += counts[static_cast<std::size_t>(r * 4 + 3)];
+    const double* rank_counts = counts.data() + r * kSlots;
+    record.input_tokens += static_cast<std::int64_t>(rank_counts[kInputTokens]);
+    record.loss_tokens += static_cast<std::int64_t>(rank_counts[kLossTokens]);
+    record.pad_tokens += static_cast<std::int64_t>(rank_counts[kPadTokens]);
+    flops += rank_counts[kModelFlops];
   }
   const std::int64_t global_loss_tokens = record.loss_tokens;
 
@@ -330,7 +332,7 @@ IterationRecord Trainer::run_iteration() {
     double loss_scale = 0.0;
     // Test-only mutant: the rank's own loss tokens as the per-token denominator.
     const std::int64_t denominator = options_.switches.mutants.rank_local_loss_denominator
-                                         ? static_cast<std::int64_t>(local_counts[1])
+                                         ? static_cast<std::int64_t>(local_counts[kLossTokens])
                                          : global_loss_tokens;
     if (per_token && denominator > 0) {
       loss_scale = 1.0 / static_cast<double>(denominator);
