@@ -77,8 +77,11 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
         {"data_parallel",
          {{"ranks", trainer.collectives().size()},
           {"collectives", trainer.collectives().description()},
-          {"optimizer", trainer.distributed_optimizer() ? "distributed (each rank holds its shard)"
-                                                        : "replicated"},
+          {"optimizer", trainer.distributed_optimizer()
+                            ? "distributed (each rank holds its shard)"
+                            : config.parallel.use_distributed_optimizer
+                                  ? "distributed, one rank (it holds the whole state)"
+                                  : "replicated"},
           {"shard_elements", trainer.shards().shard_elements}}}};
     log.write(header_record(identity, config, trainer.layout(),
                             config.data.data_path.empty() ? "embedded default corpus" : data_prefix,
