@@ -10,13 +10,16 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "production/collectives/mpi.hpp"
 #include "production/collectives/thread_group.hpp"
 #include "production/sharding.hpp"
 #include "production/trainer.hpp"
@@ -62,6 +65,26 @@ TEST(FlatShards, DecaySegmentsAreCutAtTheRangeAndMadeRelative) {
   EXPECT_EQ(cut[2].begin, 7);
   EXPECT_EQ(cut[2].count, 5);  // [15, 20)
   EXPECT_TRUE(production::segments_in_range(segments, 35, 0).empty());
+}
+
+// tandem train initializes MPI only when a launcher's variables say it started this process.
+TEST(MpiLauncher, IsRecognizedByOpenMpiPmixOrPmiVariablesAndOnlyThen) {
+  const std::vector<std::string> names = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"};
+  std::vector<std::optional<std::string>> saved;
+  for (const auto& name : names) {
+    const char* value = std::getenv(name.c_str());
+    saved.push_back(value ? std::optional<std::string>(value) : std::nullopt);
+    ::unsetenv(name.c_str());
+  }
+  EXPECT_FALSE(production::launched_by_mpi_launcher());
+  for (const auto& name : names) {
+    ::setenv(name.c_str(), "0", 1);
+    EXPECT_TRUE(production::launched_by_mpi_launcher()) << name;
+    ::unsetenv(name.c_str());
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (saved[i]) ::setenv(names[i].c_str(), saved[i]->c_str(), 1);
+  }
 }
 
 TEST(ThreadGroup, ExchangesMoveExactlyTheDocumentedBytes) {
