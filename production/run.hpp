@@ -27,8 +27,8 @@ struct RunSummary : tandem::RunSummary {
 // a device answers, else cpu. Throws std::runtime_error for an unknown name.
 Device choose_device(const std::string& requested);
 
-// How this process joins the run: one rank by default; under a launcher, production/cli set it
-// from the MPI session (production/collectives/mpi.hpp).
+// How this process joins the run: one rank by default; under a launcher, cli/train_command.cpp
+// sets it from the MPI session (production/collectives/mpi.hpp).
 struct RankSetup {
   int rank = 0;
   int local_rank = 0;                      // selects the cuda device

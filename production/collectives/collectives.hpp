@@ -28,7 +28,8 @@ class Collectives {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // For the log header: "one rank", "MPI, 4 ranks", "NCCL data + MPI control, 8 ranks".
+  // For the log header: "one rank", "MPI (host memory), 4 ranks", "threads of one process, 2
+  // ranks", "NCCL 22703 (device memory) + MPI control, 8 ranks".
   virtual std::string description() const = 0;
 
   // Control plane, host memory, every rank calls it with the same `count`:
