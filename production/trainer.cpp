@@ -119,7 +119,7 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   main_weights_.upload(std::span<const float>(initial).subspan(static_cast<std::size_t>(state_begin_),
                                                                static_cast<std::size_t>(state_count_)));
   main_grads_ = Buffer<float>(*backend_, shards_.padded());
-  if (ranks > 1) received_grads_ = Buffer<float>(*backend_, shards_.padded());
+  if (ranks > 1) received_grads_ = Buffer<float>(*backend_, shards_.shard_elements);
   exp_avg_ = Buffer<float>(*backend_, state_count_);
   exp_avg_sq_ = Buffer<float>(*backend_, state_count_);
   if (compute_ != DType::f32 || distributed_) {
@@ -167,20 +167,25 @@ std::vector<Sample> Trainer::microbatch_samples(std::int64_t microbatch) const {
   return batch;
 }
 
-// SPEC 1 "reduction over replicas": each rank receives every rank's copy of its shard and sums
-// them in rank order, ((g_0 + g_1) + g_2) + ..., in fp32 with the backend's add; the replicated
-// optimizer then all-gathers the reduced shards.
+// SPEC 1 "reduction over replicas" as a ring reduce-scatter: in step k = 1 .. DP-1 rank r sends
+// its contribution to shard (r + k) mod DP to that shard's owner and receives the contribution of
+// rank (r - k) mod DP to its own shard, adding it in fp32 with the backend's add. So shard r is
+// ((g_r + g_{r-1}) + g_{r-2}) + ... (the owner's own first, then the ranks before it, cyclically):
+// a fixed order, so the bits do not depend on the transport, and each step moves one shard per
+// rank (a ring's bandwidth) through one shard-sized receive buffer. The replicated optimizer then
+// all-gathers the reduced shards.
 void Trainer::reduce_gradients() {
-  if (collectives_->size() == 1) return;
+  const int ranks = collectives_->size();
+  if (ranks == 1) return;
+  const int rank = collectives_->rank();
   const std::int64_t shard = shards_.shard_elements;
-  collectives_->all_to_all(main_grads_.data(), received_grads_.data(), shard);
-  float* mine = main_grads_.at(collectives_->rank() * shard);
-  backend_->copy(mine, received_grads_.data(), shard * static_cast<std::int64_t>(sizeof(float)));
-  if (options_.switches.mutants.unreduced_gradients) {  // test-only mutant: rank r's own part
-    backend_->copy(mine, received_grads_.at(collectives_->rank() * shard), shard * static_cast<std::int64_t>(sizeof(float)));
-  }
-  for (int from = 1; from < collectives_->size() && !options_.switches.mutants.unreduced_gradients; ++from) {
-    backend_->add(AddParams{mine, received_grads_.at(from * shard), mine, shard, DType::f32});
+  float* mine = main_grads_.at(rank * shard);
+  for (int step = 1; step < ranks; ++step) {
+    const int to = (rank + step) % ranks;
+    const int from = (rank - step + ranks) % ranks;
+    collectives_->send_receive(main_grads_.at(to * shard), to, received_grads_.data(), from, shard);
+    if (options_.switches.mutants.unreduced_gradients) continue;  // test-only mutant: own part only
+    backend_->add(AddParams{mine, received_grads_.data(), mine, shard, DType::f32});
   }
   if (!distributed_) {
     collectives_->all_gather_in_place(main_grads_.data(), shard * static_cast<std::int64_t>(sizeof(float)));

@@ -5,8 +5,9 @@
 //
 // Data parallel (DP ranks, one Trainer per rank, exchanging through production/collectives/):
 // rank r reads its own microbatches (SPEC 2), accumulates its fp32 main gradients, and the ranks
-// reduce-scatter them: each rank receives every rank's copy of its shard (sharding.hpp) and sums
-// them in rank order with its backend, so the reduction's bits do not depend on the transport.
+// reduce-scatter them in a ring: each rank receives every other rank's contribution to its shard
+// (sharding.hpp), one step at a time, and adds it with its backend in a fixed order, so the
+// reduction's bits do not depend on the transport.
 // The norm sums fixed blocks that never straddle a shard. Then either
 //   - the distributed optimizer (--use-distributed-optimizer, Megatron's): each rank keeps only
 //     its shard of the main weights, m and v, runs AdamW on it and all-gathers the compute
@@ -147,7 +148,7 @@ class Trainer {
 
   Buffer<float> main_weights_;     // [state_count] fp32
   Buffer<float> main_grads_;       // [DP x S] fp32, accumulated over microbatches, zero padding
-  Buffer<float> received_grads_;   // [DP x S] the reduce-scatter's receive (DP > 1 only)
+  Buffer<float> received_grads_;   // [S] one ring step's receive (DP > 1 only)
   Buffer<float> exp_avg_;          // [state_count] fp32 m
   Buffer<float> exp_avg_sq_;       // [state_count] fp32 v
   // [DP x S] compute copy: bf16 with --bf16; fp32 with the distributed optimizer; empty when the

@@ -93,18 +93,19 @@ TEST(ThreadGroup, ExchangesMoveExactlyTheDocumentedBytes) {
   const auto group = production::make_thread_group(kRanks);
   production::run_thread_group(group, [&](int rank) {
     production::Collectives& collectives = *group[static_cast<std::size_t>(rank)];
-    // all_to_all: rank r sends 100 r + 10 s + i to rank s.
-    std::vector<float> sent(kRanks * kChunk);
-    for (int to = 0; to < kRanks; ++to) {
-      for (int i = 0; i < kChunk; ++i) sent[static_cast<std::size_t>(to * kChunk + i)] = static_cast<float>(100 * rank + 10 * to + i);
-    }
-    std::vector<float> received(kRanks * kChunk, -1.0f);
-    collectives.all_to_all(sent.data(), received.data(), kChunk);
-    for (int from = 0; from < kRanks; ++from) {
+    // send_receive, every ring step: rank r sends 100 r + 10 step + i to rank r + step and
+    // receives from rank r - step.
+    for (int step = 1; step < kRanks; ++step) {
+      const int to = (rank + step) % kRanks;
+      const int from = (rank - step + kRanks) % kRanks;
+      std::vector<float> sent(kChunk);
+      for (int i = 0; i < kChunk; ++i) sent[static_cast<std::size_t>(i)] = static_cast<float>(100 * rank + 10 * step + i);
+      std::vector<float> received(kChunk, -1.0f);
+      collectives.send_receive(sent.data(), to, received.data(), from, kChunk);
       for (int i = 0; i < kChunk; ++i) {
-        if (received[static_cast<std::size_t>(from * kChunk + i)] != static_cast<float>(100 * from + 10 * rank + i)) {
-          throw std::runtime_error("all_to_all: rank " + std::to_string(rank) + " got a wrong value from " +
-                                   std::to_string(from));
+        if (received[static_cast<std::size_t>(i)] != static_cast<float>(100 * from + 10 * step + i)) {
+          throw std::runtime_error("send_receive: rank " + std::to_string(rank) + " got a wrong value from " +
+                                   std::to_string(from) + " in step " + std::to_string(step));
         }
       }
     }
@@ -117,7 +118,7 @@ TEST(ThreadGroup, ExchangesMoveExactlyTheDocumentedBytes) {
     }
     // Exchanges of nothing are allowed (a null pointer with no bytes, as an empty vector has).
     collectives.all_gather_host(nullptr, nullptr, 0);
-    collectives.all_to_all(nullptr, nullptr, 0);
+    collectives.send_receive(nullptr, (rank + 1) % kRanks, nullptr, (rank + kRanks - 1) % kRanks, 0);
     const std::vector<double> mine = {static_cast<double>(rank), 0.5};
     const std::vector<double> all = production::all_gather_values(collectives, mine);
     for (int r = 0; r < kRanks; ++r) {

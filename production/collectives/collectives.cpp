@@ -15,11 +15,11 @@ class SingleRank final : public Collectives {
   void all_gather_host(const double* sent, double* received, std::int64_t count) override {
     std::copy(sent, sent + count, received);
   }
-  void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
+  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
     // Host or device memory alike would need the backend; the trainer never calls the data plane
     // with one rank (there is nothing to exchange), so reaching this is a bug.
-    (void)sent, (void)received, (void)chunk;
-    throw std::logic_error("single_rank_collectives: all_to_all is never needed with one rank");
+    (void)sent, (void)to, (void)received, (void)from, (void)count;
+    throw std::logic_error("single_rank_collectives: send_receive is never needed with one rank");
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
     (void)buffer, (void)chunk_bytes;  // one rank already holds every part

@@ -7,7 +7,7 @@
 //   - threads:         thread_group.hpp (several ranks inside one process, for the tests and the
 //                      equivalence harness; host memory).
 // None of them reduces: every exchange only moves bytes, and the trainer sums what it receives in
-// rank order with its backend's own ops. So the result of a reduction is the same bits on every
+// a fixed order with its backend's own ops. So the result of a reduction is the same bits on every
 // transport, and a run is bitwise reproducible whatever algorithm MPI or NCCL would pick.
 #pragma once
 
@@ -36,10 +36,11 @@ class Collectives {
   // received[r * count + i] = rank r's sent[i]. Counts and partial sums of a step.
   virtual void all_gather_host(const double* sent, double* received, std::int64_t count) = 0;
 
-  // Data plane, memory of the trainer's backend. Every rank sends chunk s of `sent`
-  // ([size, chunk] floats) to rank s: received[s * chunk + i] = rank s's sent[rank() * chunk + i].
-  // The reduce-scatter of the main gradients (the trainer then sums `received` in rank order).
-  virtual void all_to_all(const float* sent, float* received, std::int64_t chunk) = 0;
+  // Data plane, memory of the trainer's backend: one step of a ring. This rank sends `count`
+  // floats to rank `to` and receives `count` floats from rank `from` into `received`; every rank
+  // calls it together, and the pairs fit (the rank this one sends to receives from it). The
+  // reduce-scatter of the main gradients is size() - 1 such steps (the trainer sums as it goes).
+  virtual void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) = 0;
 
   // Data plane, in place: `buffer` is [size, chunk_bytes]; afterwards every rank holds every
   // rank's part r (its bytes [r * chunk_bytes, (r + 1) * chunk_bytes)) as that rank had it.

@@ -42,9 +42,12 @@ class MpiCollectives final : public Collectives {
     const int n = int_count(count, "all_gather_host");
     check(MPI_Allgather(sent, n, MPI_DOUBLE, received, n, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather");
   }
-  void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
-    const int n = int_count(chunk, "all_to_all");
-    check(MPI_Alltoall(sent, n, MPI_FLOAT, received, n, MPI_FLOAT, MPI_COMM_WORLD), "MPI_Alltoall");
+  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
+    const int n = int_count(count, "send_receive");
+    constexpr int kTag = 0;  // one exchange at a time: the ranks call it in the same order
+    check(MPI_Sendrecv(sent, n, MPI_FLOAT, to, kTag, received, n, MPI_FLOAT, from, kTag, MPI_COMM_WORLD,
+                       MPI_STATUS_IGNORE),
+          "MPI_Sendrecv");
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
     const int n = int_count(chunk_bytes, "all_gather_in_place");

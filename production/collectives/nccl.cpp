@@ -43,15 +43,12 @@ class NcclCollectives final : public Collectives {
   void all_gather_host(const double* sent, double* received, std::int64_t count) override {
     control_->all_gather_host(sent, received, count);
   }
-  // Grouped point-to-point: NCCL has no all-to-all primitive; a group of sends and receives is
-  // its documented form, and it moves bytes only (the trainer sums in rank order).
-  void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
-    const auto count = static_cast<std::size_t>(chunk);
+  // A send and a receive fused in one group (NCCL's sendrecv form), so neither blocks the other.
+  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
+    const auto elements = static_cast<std::size_t>(count);
     check(ncclGroupStart(), "ncclGroupStart");
-    for (int peer = 0; peer < size(); ++peer) {
-      check(ncclSend(sent + static_cast<std::size_t>(peer) * count, count, ncclFloat32, peer, comm_, stream_), "ncclSend");
-      check(ncclRecv(received + static_cast<std::size_t>(peer) * count, count, ncclFloat32, peer, comm_, stream_), "ncclRecv");
-    }
+    check(ncclSend(sent, elements, ncclFloat32, to, comm_, stream_), "ncclSend");
+    check(ncclRecv(received, elements, ncclFloat32, from, comm_, stream_), "ncclRecv");
     check(ncclGroupEnd(), "ncclGroupEnd");
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {

@@ -61,11 +61,12 @@ class ThreadRank final : public Collectives {
       std::memcpy(received + from * count, theirs, static_cast<std::size_t>(count) * sizeof(double));
     });
   }
-  void all_to_all(const float* sent, float* received, std::int64_t chunk) override {
-    exchange(sent, [&](int from, const void* theirs) {
-      if (chunk == 0) return;
-      std::memcpy(received + from * chunk, static_cast<const float*>(theirs) + rank_ * chunk,
-                  static_cast<std::size_t>(chunk) * sizeof(float));
+  // Each rank publishes what it sends; the rank it sends to copies it (the pairs fit).
+  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
+    (void)to;
+    exchange(sent, [&](int rank, const void* theirs) {
+      if (rank != from || count == 0) return;
+      std::memcpy(received, theirs, static_cast<std::size_t>(count) * sizeof(float));
     });
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
