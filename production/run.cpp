@@ -29,12 +29,13 @@ Device choose_device(const std::string& requested) {
 
 RunSummary run_production_training(const RunConfig& config, const TrainOptions& options,
                                    std::ostream& out, const RankSetup& ranks) {
-  // Rank 0 builds the embedded corpus (when it is used) before the others open it.
+  // Rank 0 builds the embedded corpus (when it is used) before the others look for it.
   const bool lead = ranks.rank == 0;
-  if (lead) data::resolve_dataset_prefix(config, options.data_cache);
+  std::string data_prefix;
+  if (lead) data_prefix = data::resolve_dataset_prefix(config, options.data_cache);
   ranks.barrier();
-  const std::string data_prefix = data::resolve_dataset_prefix(config, options.data_cache);
-  const auto source = data::open_training_samples(config, options.data_cache);
+  if (!lead) data_prefix = data::resolve_dataset_prefix(config, options.data_cache);
+  const auto source = data::open_training_samples_at(data_prefix, config);
   ProductionOptions production;
   production.device = choose_device(options.device);
   production.device_index = production.device == Device::cuda ? ranks.local_rank : 0;

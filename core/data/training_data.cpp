@@ -21,8 +21,12 @@ std::string resolve_dataset_prefix(const RunConfig& run, const std::string& work
 
 std::shared_ptr<const SampleSource> open_training_samples(const RunConfig& run,
                                                           const std::string& work_directory) {
-  auto dataset = std::make_shared<const IndexedDataset>(
-      IndexedDataset::open(resolve_dataset_prefix(run, work_directory)));
+  return open_training_samples_at(resolve_dataset_prefix(run, work_directory), run);
+}
+
+std::shared_ptr<const SampleSource> open_training_samples_at(const std::string& prefix,
+                                                             const RunConfig& run) {
+  auto dataset = std::make_shared<const IndexedDataset>(IndexedDataset::open(prefix));
   return std::make_shared<const SampleSource>(std::move(dataset), sample_source_config(run));
 }
 

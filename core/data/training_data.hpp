@@ -19,5 +19,8 @@ std::string resolve_dataset_prefix(const RunConfig& run, const std::string& work
 // The train split of that dataset, packed as the run asks (SPEC 2, 3).
 std::shared_ptr<const SampleSource> open_training_samples(const RunConfig& run,
                                                           const std::string& work_directory = "");
+// The same from a prefix resolve_dataset_prefix already returned.
+std::shared_ptr<const SampleSource> open_training_samples_at(const std::string& prefix,
+                                                             const RunConfig& run);
 
 }  // namespace tandem::data
