@@ -1,6 +1,7 @@
 // The production trainer's iteration (trainer.hpp).
 #include "production/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <span>
@@ -231,37 +232,52 @@ void Trainer::restore(const HostState& state) {
 }
 
 // --audit-params: the owner of each audited element (the shard's rank with the distributed
-// optimizer, else rank 0, whose whole state every rank equals) reports it; one gather shares it.
+// optimizer, else rank 0, whose whole state every rank equals) reads its values with `read`; one
+// gather shares them. Returns [elements, values_per_element] as the owners read them.
+std::vector<double> Trainer::audited_values(std::size_t values_per_element,
+                                            const AuditRead& read) const {
+  const std::size_t count = audit_elements_.size() * values_per_element;
+  std::vector<double> mine(count, 0.0);
+  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
+    const std::int64_t local = audit_elements_[i] - state_begin_;
+    if (local >= 0 && local < state_count_) read(audit_elements_[i], local, mine.data() + i * values_per_element);
+  }
+  if (collectives_->size() == 1) return mine;
+  const std::vector<double> all = all_gather_values(*collectives_, mine);  // [DP, count]
+  std::vector<double> owned(count);
+  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
+    const auto owner = static_cast<std::size_t>(distributed_ ? shards_.owner(audit_elements_[i]) : 0);
+    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(owner * count + i * values_per_element),
+                values_per_element, owned.begin() + static_cast<std::ptrdiff_t>(i * values_per_element));
+  }
+  return owned;
+}
+
 std::vector<AuditEntry> Trainer::audit_before_update(const IterationRecord& record) const {
   if (audit_elements_.empty()) return {};  // the same on every rank: no exchange to skip alone
   constexpr std::size_t kValues = 4;  // old value, gradient, old m, old v
-  std::vector<double> mine(audit_elements_.size() * kValues, 0.0);
-  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
-    const std::int64_t local = audit_elements_[i] - state_begin_;
-    if (local < 0 || local >= state_count_) continue;
-    // The fp32 values, widened exactly (SPEC 12: tandem audit reads "main_precision":"fp32").
-    mine[i * kValues + 0] = main_weights_.download(local, 1).front();
-    mine[i * kValues + 1] = main_grads_.download(audit_elements_[i], 1).front();
-    mine[i * kValues + 2] = exp_avg_.download(local, 1).front();
-    mine[i * kValues + 3] = exp_avg_sq_.download(local, 1).front();
-  }
-  const std::vector<double> all = collectives_->size() == 1 ? mine : all_gather_values(*collectives_, mine);
-
+  // The fp32 values, widened exactly (SPEC 12: tandem audit reads "main_precision":"fp32").
+  const std::vector<double> values = audited_values(kValues, [this](std::int64_t flat, std::int64_t local, double* out) {
+    out[0] = main_weights_.download(local, 1).front();
+    out[1] = main_grads_.download(flat, 1).front();
+    out[2] = exp_avg_.download(local, 1).front();
+    out[3] = exp_avg_sq_.download(local, 1).front();
+  });
   std::vector<AuditEntry> entries;
   std::size_t tensor = 0;
   for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
     const std::int64_t flat = audit_elements_[i];
     while (layout_.tensors[tensor].offset + layout_.tensors[tensor].numel <= flat) ++tensor;
     const ParameterTensor& owner = layout_.tensors[tensor];
-    const std::size_t at = static_cast<std::size_t>(distributed_ ? shards_.owner(flat) : 0) * mine.size() + i * kValues;
+    const double* element = values.data() + i * kValues;
     AuditEntry entry;
     entry.tensor = owner.name;
     entry.element = flat - owner.offset;
     entry.group = to_string(owner.decay_group);
-    entry.old_value = all[at + 0];
-    entry.grad = all[at + 1];
-    entry.old_m = all[at + 2];
-    entry.old_v = all[at + 3];
+    entry.old_value = element[0];
+    entry.grad = element[1];
+    entry.old_m = element[2];
+    entry.old_v = element[3];
     entry.lr = record.lr;
     entry.wd = owner.decay_group == DecayGroup::decay ? record.wd : 0.0;
     entries.push_back(entry);
@@ -272,20 +288,16 @@ std::vector<AuditEntry> Trainer::audit_before_update(const IterationRecord& reco
 void Trainer::audit_after_update(std::vector<AuditEntry>& entries) const {
   if (audit_elements_.empty()) return;
   constexpr std::size_t kValues = 3;  // m, v, new value
-  std::vector<double> mine(audit_elements_.size() * kValues, 0.0);
-  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
-    const std::int64_t local = audit_elements_[i] - state_begin_;
-    if (local < 0 || local >= state_count_) continue;
-    mine[i * kValues + 0] = exp_avg_.download(local, 1).front();
-    mine[i * kValues + 1] = exp_avg_sq_.download(local, 1).front();
-    mine[i * kValues + 2] = main_weights_.download(local, 1).front();
-  }
-  const std::vector<double> all = collectives_->size() == 1 ? mine : all_gather_values(*collectives_, mine);
+  const std::vector<double> values = audited_values(kValues, [this](std::int64_t, std::int64_t local, double* out) {
+    out[0] = exp_avg_.download(local, 1).front();
+    out[1] = exp_avg_sq_.download(local, 1).front();
+    out[2] = main_weights_.download(local, 1).front();
+  });
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    const std::size_t at = static_cast<std::size_t>(distributed_ ? shards_.owner(audit_elements_[i]) : 0) * mine.size() + i * kValues;
-    entries[i].m = all[at + 0];
-    entries[i].v = all[at + 1];
-    entries[i].new_value = all[at + 2];
+    const double* element = values.data() + i * kValues;
+    entries[i].m = element[0];
+    entries[i].v = element[1];
+    entries[i].new_value = element[2];
     entries[i].step = counters_.successful_updates;
   }
 }

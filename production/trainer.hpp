@@ -115,7 +115,8 @@ class Trainer {
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }
 
   // Tests: keep a host copy of each iteration's reduced, pre-clip main gradient [N] (one
-  // download per iteration; gathered from the shards with the distributed optimizer).
+  // download per iteration; gathered from the shards with the distributed optimizer, so with DP > 1
+  // every rank must set it alike, as set_audit_elements).
   void keep_last_gradient(bool keep) { keep_last_gradient_ = keep; }
   const std::vector<float>& last_gradient() const { return last_gradient_; }
   // The last iteration's masked CE sum (double, summed over rows in order) for tests.
@@ -127,6 +128,10 @@ class Trainer {
   void publish_compute_weights();
   const void* compute_weights() const;
   std::vector<float> gather_flat(const Buffer<float>& state_range) const;
+  // read(flat, local, out): this rank's values of an audited element it holds (local: its offset
+  // in the state range) into out[0 .. values_per_element).
+  using AuditRead = std::function<void(std::int64_t flat, std::int64_t local, double* out)>;
+  std::vector<double> audited_values(std::size_t values_per_element, const AuditRead& read) const;
   std::vector<AuditEntry> audit_before_update(const IterationRecord& record) const;
   void audit_after_update(std::vector<AuditEntry>& entries) const;
 
