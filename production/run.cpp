@@ -46,19 +46,16 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
 
   std::int64_t resumed_iteration = 0;
   if (!config.checkpoint.load.empty()) {
-    restore_checkpoint_state(trainer, checkpoint::load_checkpoint(config.checkpoint.load));
+    resume_trainer_from(trainer, config.checkpoint.load);
     resumed_iteration = trainer.counters().iteration;
     out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration << "\n";
   }
   const bool saving = !config.checkpoint.save.empty();
-  // Every rank takes part in gathering the state; rank 0 writes it; all wait until it is written.
+  // One rank writes the whole state; several write a shard each (production/checkpointing.hpp);
+  // all return once it is in place.
   auto save = [&]() {
-    const checkpoint::CheckpointState state = make_checkpoint_state(trainer);
-    if (lead) {
-      const auto path = checkpoint::save_checkpoint(config.checkpoint.save, state);
-      out << "saved checkpoint " << path.string() << "\n";
-    }
-    trainer.collectives().barrier();
+    const auto path = save_trainer_checkpoint(trainer, config.checkpoint.save);
+    if (lead) out << "saved checkpoint " << path.string() << "\n";
   };
 
   const std::string log_path = lead ? resolve_log_path(config, options) : std::string();

@@ -216,18 +216,40 @@ HostState Trainer::host_state() const {
 }
 
 void Trainer::restore(const HostState& state) {
-  const auto range = [this](const std::vector<float>& whole) {
-    if (static_cast<std::int64_t>(whole.size()) != shards_.total) {
-      throw std::invalid_argument("Trainer::restore: " + std::to_string(whole.size()) +
+  for (const auto* whole : {&state.params, &state.exp_avg, &state.exp_avg_sq}) {
+    if (static_cast<std::int64_t>(whole->size()) != shards_.total) {
+      throw std::invalid_argument("Trainer::restore: " + std::to_string(whole->size()) +
                                   " elements for a model of " + std::to_string(shards_.total));
     }
-    return std::span<const float>(whole).subspan(static_cast<std::size_t>(state_begin_),
-                                                 static_cast<std::size_t>(state_count_));
+  }
+  restore(MainStateSlice<float>{0, state.params, state.exp_avg, state.exp_avg_sq}, state.counters);
+}
+
+MainStateSlice<float> Trainer::shard_state() const {
+  const int rank = collectives_->rank();
+  const std::int64_t begin = shards_.begin(rank);
+  const std::int64_t count = shards_.count(rank);
+  const std::int64_t local = begin - state_begin_;  // 0 with the distributed optimizer
+  return {begin, main_weights_.download(local, count), exp_avg_.download(local, count),
+          exp_avg_sq_.download(local, count)};
+}
+
+void Trainer::restore(const MainStateSlice<float>& slice, const Counters& counters) {
+  const auto size = static_cast<std::int64_t>(slice.params.size());
+  if (slice.begin > state_begin_ || slice.begin + size < state_begin_ + state_count_ ||
+      static_cast<std::int64_t>(slice.exp_avg.size()) != size || static_cast<std::int64_t>(slice.exp_avg_sq.size()) != size) {
+    throw std::invalid_argument("Trainer::restore: the slice [" + std::to_string(slice.begin) + ", " +
+                                std::to_string(slice.begin + size) + ") does not cover this rank's range [" +
+                                std::to_string(state_begin_) + ", " + std::to_string(state_begin_ + state_count_) + ")");
+  }
+  const auto mine = [this, &slice](const std::vector<float>& values) {
+    return std::span<const float>(values).subspan(static_cast<std::size_t>(state_begin_ - slice.begin),
+                                                  static_cast<std::size_t>(state_count_));
   };
-  main_weights_.upload(range(state.params));
-  exp_avg_.upload(range(state.exp_avg));
-  exp_avg_sq_.upload(range(state.exp_avg_sq));
-  counters_ = state.counters;
+  main_weights_.upload(mine(slice.params));
+  exp_avg_.upload(mine(slice.exp_avg));
+  exp_avg_sq_.upload(mine(slice.exp_avg_sq));
+  counters_ = counters;
   publish_compute_weights();
 }
 

@@ -111,6 +111,17 @@ class Trainer {
   HostState host_state() const;
   void restore(const HostState& state);
 
+  // For sharded checkpoints (core/checkpoint/sharded.hpp), with no exchange between ranks:
+  // this rank's shard of the main state [shards().begin(rank), + count(rank)) (it holds it with
+  // either optimizer), and the flat range this rank keeps, [begin, begin + count): its shard with
+  // the distributed optimizer, else everything.
+  MainStateSlice<float> shard_state() const;
+  std::int64_t state_begin() const { return state_begin_; }
+  std::int64_t state_count() const { return state_count_; }
+  // Restores from `slice`, which must cover this rank's range, and the counters (every rank
+  // calls it: the compute copy is rebuilt collectively).
+  void restore(const MainStateSlice<float>& slice, const Counters& counters);
+
   // --audit-params: which flat elements to report in each iteration record (sorted).
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }
 

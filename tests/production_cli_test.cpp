@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/safetensors.hpp"
 #include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
 #include "tests/support/tiny_train_cli.hpp"
@@ -24,7 +25,7 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::bytes_of;
+using testing::tensor_files_of;
 using testing::read_log;
 using testing::run_tandem;
 
@@ -80,10 +81,9 @@ TEST_F(ProductionCli, ResumeThroughTheBinaryIsBitExact) {
     arguments.insert(arguments.end(), precision.begin(), precision.end());
     const auto second = run_tandem(arguments, "", "2>&1");
     ASSERT_EQ(second.exit_code, 0) << second.output;
-    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-      EXPECT_EQ(bytes_of(straight / "iter_0000006" / file), bytes_of(resumed / "iter_0000006" / file))
-          << file << (bf16 ? " (bf16)" : " (fp32)");
-    }
+    const auto files = tensor_files_of(straight / "iter_0000006");
+    EXPECT_TRUE(files.contains("model.safetensors") && files.contains("optimizer.safetensors"));
+    EXPECT_EQ(files, tensor_files_of(resumed / "iter_0000006")) << (bf16 ? " (bf16)" : " (fp32)");
   }
 }
 
@@ -141,9 +141,12 @@ TEST_F(ProductionCli, TwoMpiRanksWithTheDistributedOptimizerEqualTheReplicatedBi
   EXPECT_EQ(header["data_parallel"]["ranks"], 2);
   EXPECT_EQ(header["config"]["parallel"]["data_parallel"], 2);
   EXPECT_EQ(numbers_of(read_log(replicated / "log.jsonl")), numbers_of(read_log(distributed / "log.jsonl")));
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(bytes_of(replicated / "iter_0000006" / file), bytes_of(distributed / "iter_0000006" / file)) << file;
-  }
+  // Each rank wrote its shard (format 2); the two optimizers' shards are the same bytes.
+  const auto shards = tensor_files_of(distributed / "iter_0000006");
+  ASSERT_EQ(shards.size(), 2u);
+  EXPECT_TRUE(shards.contains("shard_00000_of_00002.safetensors"));
+  EXPECT_TRUE(shards.contains("shard_00001_of_00002.safetensors"));
+  EXPECT_EQ(tensor_files_of(replicated / "iter_0000006"), shards);
   // The audit recomputes every audited element's update from the 2-rank log.
   const auto audit = run_tandem({"audit", (distributed / "log.jsonl").string()}, "", "2>&1");
   EXPECT_EQ(audit.exit_code, 0) << audit.output;
@@ -166,15 +169,21 @@ TEST_F(ProductionCli, ResumeOnMpiRanksIsBitExactAndOneRankTakesTheCheckpointUp) 
   fs::copy(resumed, root_ / "half", fs::copy_options::recursive);
   const auto second = run_tandem(with({"--save", resumed.string(), "--load", resumed.string()}), mpirun, "2>&1");
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(bytes_of(straight / "iter_0000006" / file), bytes_of(resumed / "iter_0000006" / file)) << file;
-  }
-  // A checkpoint holds the whole state: one rank continues from the 2-rank iteration 2.
+  EXPECT_EQ(tensor_files_of(straight / "iter_0000006"), tensor_files_of(resumed / "iter_0000006"));
+  // Any data-parallel size takes a checkpoint up: one rank continues from the 2-rank shards.
   const auto single = run_tandem(tiny({"--load", (root_ / "half").string(), "--bf16",
                                        "--save", (root_ / "single").string()}), "", "2>&1");
   EXPECT_EQ(single.exit_code, 0) << single.output;
   EXPECT_NE(single.output.find("resumed from"), std::string::npos) << single.output;
   EXPECT_TRUE(fs::exists(root_ / "single" / "iter_0000006"));
+  // The shards export as one Hugging Face model: its tensors are the reassembled main weights.
+  const auto exported = run_tandem({"export", "--load", (root_ / "half").string(), "--hf", (root_ / "hf").string()}, "", "2>&1");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const auto hf = checkpoint::read_safetensors(root_ / "hf" / "model.safetensors");
+  const auto saved = checkpoint::load_checkpoint(root_ / "half");
+  for (const auto& tensor : saved.model_tensors) {
+    EXPECT_EQ(checkpoint::find_tensor(hf.tensors, tensor.name, "export"), tensor) << tensor.name;
+  }
 }
 
 // SPEC 8's other skip condition through the binary: a NaN loss on 2 ranks (the gradients are

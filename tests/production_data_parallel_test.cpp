@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -20,11 +22,16 @@
 
 #include <gtest/gtest.h>
 
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/main_state.hpp"
+#include "core/checkpoint/sharded.hpp"
 #include "equivalence/tolerance.hpp"
+#include "production/checkpointing.hpp"
 #include "production/collectives/mpi.hpp"
 #include "production/collectives/thread_group.hpp"
 #include "production/sharding.hpp"
 #include "production/trainer.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/tiny_production_run.hpp"
 
 namespace tandem {
@@ -199,6 +206,23 @@ class Ranks {
   void restore(const HostState& state) {
     each([&](std::unique_ptr<Trainer>& trainer, int) { trainer->restore(state); });
   }
+  // save_trainer_checkpoint on every rank; `hooks` for rank r (tests of a failing rank). Returns
+  // every rank's error message ("" when it returned).
+  std::vector<std::string> save(const std::filesystem::path& dir, int failing_rank = -1,
+                                const checkpoint::SaveHooks& hooks = {}) {
+    std::vector<std::string> errors(trainers_.size());
+    each([&](std::unique_ptr<Trainer>& trainer, int rank) {
+      try {
+        production::save_trainer_checkpoint(*trainer, dir, rank == failing_rank ? hooks : checkpoint::SaveHooks{});
+      } catch (const std::exception& error) {
+        errors[static_cast<std::size_t>(rank)] = error.what();
+      }
+    });
+    return errors;
+  }
+  void resume(const std::filesystem::path& dir) {
+    each([&](std::unique_ptr<Trainer>& trainer, int) { production::resume_trainer_from(*trainer, dir); });
+  }
   void audit(const std::vector<std::int64_t>& elements) {
     for (auto& trainer : trainers_) trainer->set_audit_elements(elements);
   }
@@ -341,6 +365,136 @@ TEST(DataParallel, ResumeIsBitExactAndAStateMovesToAnotherDataParallelSize) {
   wider.restore(saved);
   expect_same_state(saved, wider.state(), "restored on 4 ranks");
   EXPECT_TRUE(wider.run_iteration().front().update_successful);
+}
+
+// Format 2: each rank writes its shard; the shards hold exactly the gathered state; a resume on the
+// same ranks is bit-exact, and 1, 3 or 4 ranks (other shard boundaries) take the state up exactly.
+TEST(DataParallel, EachRankWritesItsShardAndAnyDataParallelSizeResumesFromIt) {
+  for (const bool distributed : {true, false}) {
+    for (const std::int64_t size : {2, 3}) {
+      const std::string what = std::to_string(size) + (distributed ? " ranks, distributed" : " ranks, replicated");
+      testing::ScratchDirectory scratch;
+      const RunConfig config = tiny_run(size, 12, true, distributed);  // 12: every DP size below divides it
+      Ranks straight(config);
+      for (int iteration = 0; iteration < 4; ++iteration) straight.run_iteration();
+
+      Ranks first(config);
+      for (int iteration = 0; iteration < 2; ++iteration) first.run_iteration();
+      const HostState saved = first.state();
+      const auto errors = first.save(scratch.path());
+      for (const std::string& error : errors) ASSERT_EQ(error, "") << what;
+      const auto files = testing::tensor_files_of(scratch.path() / "iter_0000002");
+      ASSERT_EQ(files.size(), static_cast<std::size_t>(size)) << what;
+      EXPECT_TRUE(files.contains(checkpoint::shard_file_name(static_cast<int>(size) - 1, static_cast<int>(size)))) << what;
+
+      // The shards reassembled (exports read them so) are the gathered state, bit for bit.
+      const auto loaded = checkpoint::load_checkpoint(scratch.path());
+      EXPECT_EQ(loaded.counters, saved.counters) << what;
+      HostState reassembled = checkpoint::read_main_checkpoint<float>("production", config, first.rank(0).layout(), loaded);
+      expect_same_state(saved, reassembled, what + ": reassembled shards");
+
+      Ranks resumed(config);
+      resumed.resume(scratch.path());
+      expect_same_state(saved, resumed.state(), what + ": resumed");
+      for (int iteration = 0; iteration < 2; ++iteration) resumed.run_iteration();
+      expect_same_state(straight.state(), resumed.state(), what + ": 2 + resume + 2 vs 4 straight");
+
+      for (const std::int64_t other : {1, 4}) {
+        Ranks moved(tiny_run(other, 12, true, distributed));
+        moved.resume(scratch.path());
+        expect_same_state(saved, moved.state(), what + ": taken up by " + std::to_string(other) + " ranks");
+      }
+    }
+  }
+}
+
+// A format 1 checkpoint (one rank) is read by range too: 3 ranks take it up exactly.
+TEST(DataParallel, ThreeRanksResumeFromAOneRankCheckpoint) {
+  testing::ScratchDirectory scratch;
+  Ranks one(tiny_run(1, 3, false, true));
+  one.run_iteration();
+  ASSERT_EQ(one.save(scratch.path()).front(), "");
+  EXPECT_TRUE(testing::tensor_files_of(scratch.path() / "iter_0000001").contains("model.safetensors"));
+  Ranks three(tiny_run(3, 3, false, true));
+  three.resume(scratch.path());
+  expect_same_state(one.state(), three.state(), "one rank's checkpoint on 3 ranks");
+}
+
+// SPEC 9 atomicity with several writers: a rank that fails to write its shard, or rank 0 failing
+// at the manifest, makes every rank throw naming the failure, and the previous checkpoint stays
+// the tracker's, with no new directory and no staging leftovers.
+TEST(DataParallel, AFailedShardedSaveFailsEveryRankAndLeavesThePreviousCheckpoint) {
+  struct SimulatedFailure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  for (const auto& [failing_rank, step] : std::vector<std::pair<int, std::string>>{
+           {1, checkpoint::shard_file_name(1, 3)}, {0, checkpoint::shard_file_name(0, 3)}, {0, "manifest.json"}}) {
+    const std::string what = "rank " + std::to_string(failing_rank) + " failing after " + step;
+    testing::ScratchDirectory scratch;
+    Ranks ranks(tiny_run(3, 3, false, true));
+    ranks.run_iteration();
+    for (const std::string& error : ranks.save(scratch.path())) ASSERT_EQ(error, "") << what;
+    ranks.run_iteration();
+    checkpoint::SaveHooks hooks;
+    hooks.after_step = [&step](std::string_view done) {
+      if (done == step) throw SimulatedFailure("simulated failure after " + std::string(done));
+    };
+    const auto errors = ranks.save(scratch.path(), failing_rank, hooks);
+    for (std::size_t rank = 0; rank < errors.size(); ++rank) {
+      EXPECT_NE(errors[rank].find("simulated failure after " + step), std::string::npos) << what << ": rank " << rank << ": " << errors[rank];
+      EXPECT_NE(errors[rank].find("rank " + std::to_string(failing_rank)), std::string::npos) << what << ": " << errors[rank];
+    }
+    EXPECT_EQ(checkpoint::read_latest_iteration(scratch.path()), 1) << what;
+    EXPECT_FALSE(std::filesystem::exists(scratch.path() / "iter_0000002")) << what;
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(scratch.path())) names.push_back(entry.path().filename().string());
+    EXPECT_EQ(names.size(), 2u) << what << ": only iter_0000001 and the tracker may remain";
+    // The ranks go on, and the next save succeeds.
+    ranks.run_iteration();
+    for (const std::string& error : ranks.save(scratch.path())) EXPECT_EQ(error, "") << what;
+    EXPECT_EQ(checkpoint::read_latest_iteration(scratch.path()), 3) << what;
+  }
+}
+
+// A corrupted shard is refused naming the file, on the rank that reads it; the whole-state load
+// (exports) refuses it too.
+TEST(DataParallel, ACorruptedShardIsRefusedNamingTheFile) {
+  testing::ScratchDirectory scratch;
+  Ranks ranks(tiny_run(2, 2, false, true));
+  ranks.run_iteration();
+  for (const std::string& error : ranks.save(scratch.path())) ASSERT_EQ(error, "");
+  const auto shard = scratch.path() / "iter_0000001" / checkpoint::shard_file_name(1, 2);
+  {
+    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-4, std::ios::end);
+    file.put('\x7f');
+  }
+  auto expect_refusal = [&](const std::function<void()>& load, const std::string& what) {
+    try {
+      load();
+      ADD_FAILURE() << what << ": no exception";
+    } catch (const std::exception& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(shard.string()), std::string::npos) << what << ": " << message;
+      EXPECT_NE(message.find("CRC-32"), std::string::npos) << what << ": " << message;
+    }
+  };
+  expect_refusal([&] { checkpoint::load_checkpoint(scratch.path()); }, "whole-state load");
+  Ranks resumed(tiny_run(2, 2, false, true));
+  expect_refusal([&] { resumed.resume(scratch.path()); }, "resume on 2 ranks");
+
+  // A manifest whose shards do not tile the flat buffer is refused naming the manifest.
+  const auto manifest_path = scratch.path() / "iter_0000001" / "manifest.json";
+  auto manifest = nlohmann::json::parse(testing::bytes_of(manifest_path));
+  manifest["shards"]["files"][1]["begin"] = manifest["shards"]["files"][1]["begin"].get<std::int64_t>() + 1024;
+  std::ofstream(manifest_path) << manifest.dump();
+  try {
+    checkpoint::read_main_state_slice(scratch.path() / "iter_0000001", resumed.rank(0).layout(), 0, 10);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find(manifest_path.string()), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("does not continue"), std::string::npos) << error.what();
+  }
 }
 
 TEST(DataParallel, ANonFiniteGradientSkipsTheUpdateOnEveryRank) {

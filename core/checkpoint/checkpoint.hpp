@@ -8,6 +8,11 @@
 //   SAVE/iter_0000042/manifest.json          everything else, and each file's size and CRC-32;
 //                                            written last
 //
+// That is format_version 1, what one process writes. A production run on several data-parallel
+// ranks writes format_version 2 instead: each rank its own range of the flat main state in
+// `shard_RRRRR_of_NNNNN.safetensors` (sharded.hpp), and load_checkpoint reassembles them, so
+// exports and whole-state readers see the same CheckpointState either way.
+//
 // Tensors are stored in the engine's main precision: F64 for the reference, F32 for production.
 // A save builds `iter_0000042.tmp-XXXXXX` and renames it into place (atomic_file.hpp), so a new
 // checkpoint appears complete or not at all and an interrupted save never damages an older one.
@@ -31,11 +36,15 @@
 namespace tandem::checkpoint {
 
 inline constexpr std::string_view kCheckpointFormat = "tandem-checkpoint";
-inline constexpr std::int64_t kCheckpointFormatVersion = 1;
+inline constexpr std::int64_t kCheckpointFormatVersion = 1;         // whole files
+inline constexpr std::int64_t kShardedCheckpointFormatVersion = 2;  // per-rank shards
 inline constexpr std::string_view kTrackerFileName = "latest_checkpointed_iteration.txt";
 inline constexpr std::string_view kManifestFileName = "manifest.json";
 inline constexpr std::string_view kModelFileName = "model.safetensors";
 inline constexpr std::string_view kOptimizerFileName = "optimizer.safetensors";
+// Name prefixes of the Adam moments in optimizer.safetensors: "exp_avg.NAME", "exp_avg_sq.NAME".
+inline constexpr std::string_view kExpAvgPrefix = "exp_avg.";
+inline constexpr std::string_view kExpAvgSqPrefix = "exp_avg_sq.";
 
 // What a trainer saves and gets back. The JSON members are the trainer's own (the format only
 // requires them to be present); everything else is checked on load.
@@ -76,6 +85,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& save_dir,
 struct LoadOptions {
   std::optional<std::int64_t> iteration;  // none: the tracker's (latest) iteration
   bool read_optimizer = true;             // false: skip optimizer.safetensors (exports)
+  bool read_tensors = true;               // false: the manifest only (no tensor is read)
 };
 
 // The iteration in SAVE/latest_checkpointed_iteration.txt, none when there is no tracker.
@@ -86,7 +96,8 @@ std::optional<std::int64_t> read_latest_iteration(const std::filesystem::path& s
 std::filesystem::path resolve_checkpoint_directory(const std::filesystem::path& load_dir,
                                                    const LoadOptions& options = {});
 
-// Reads and verifies a checkpoint (see the file comment). Throws naming the file on corruption.
+// Reads and verifies a checkpoint (see the file comment), either format. Throws naming the file on
+// corruption.
 CheckpointState load_checkpoint(const std::filesystem::path& load_dir, const LoadOptions& options = {});
 
 }  // namespace tandem::checkpoint

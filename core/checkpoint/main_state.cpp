@@ -11,9 +11,6 @@
 namespace tandem::checkpoint {
 namespace {
 
-constexpr const char* kExpAvgPrefix = "exp_avg.";
-constexpr const char* kExpAvgSqPrefix = "exp_avg_sq.";
-
 template <class Scalar>
 constexpr std::string_view dtype_of() {
   return std::is_same_v<Scalar, double> ? kDtypeF64 : kDtypeF32;
@@ -58,39 +55,50 @@ std::vector<Scalar> read_tensors(const ModelLayout& layout, const std::vector<Te
 }  // namespace
 
 template <class Scalar>
-CheckpointState make_main_checkpoint(const std::string& engine, const RunConfig& config,
-                                     const ModelLayout& layout, const MainState<Scalar>& state) {
+CheckpointState main_checkpoint_metadata(const std::string& engine, const RunConfig& config, const Counters& counters) {
   CheckpointState out;
   out.engine = engine;
   out.precision = std::string(dtype_of<Scalar>());  // SPEC 9: the engine's main precision
   to_json(out.run_config, config);
   out.parallel_layout = out.run_config.at("parallel");
-  out.counters = state.counters;
+  out.counters = counters;
   // The sample order is a pure function of (dataset, config, global index): the next sample is
   // global index consumed_samples.
-  out.data_position = {{"next_global_sample", state.counters.consumed_samples}};
+  out.data_position = {{"next_global_sample", counters.consumed_samples}};
   // Every random stream is counter-based and derived from --seed (docs/MODEL.md, docs/DATA.md).
   out.random_streams = {{"seed", config.data.seed}};
-  append_tensors(layout, state.params, "", out.model_tensors);
-  append_tensors(layout, state.exp_avg, kExpAvgPrefix, out.optimizer_tensors);
-  append_tensors(layout, state.exp_avg_sq, kExpAvgSqPrefix, out.optimizer_tensors);
   return out;
 }
 
 template <class Scalar>
-MainState<Scalar> read_main_checkpoint(const std::string& engine, const RunConfig& resumed,
-                                       const ModelLayout& layout, const CheckpointState& saved) {
+CheckpointState make_main_checkpoint(const std::string& engine, const RunConfig& config,
+                                     const ModelLayout& layout, const MainState<Scalar>& state) {
+  CheckpointState out = main_checkpoint_metadata<Scalar>(engine, config, state.counters);
+  append_tensors(layout, state.params, "", out.model_tensors);
+  append_tensors(layout, state.exp_avg, std::string(kExpAvgPrefix), out.optimizer_tensors);
+  append_tensors(layout, state.exp_avg_sq, std::string(kExpAvgSqPrefix), out.optimizer_tensors);
+  return out;
+}
+
+template <class Scalar>
+void check_main_checkpoint(const std::string& engine, const RunConfig& resumed, const CheckpointState& saved) {
   if (saved.engine != engine || saved.precision != dtype_of<Scalar>()) {
     throw std::runtime_error("--load: the checkpoint was written by the " + saved.engine +
                              " engine in " + saved.precision + "; fix: resume it with the " +
                              saved.engine + " engine");
   }
   check_resume_settings(saved.run_config, resumed);
+}
+
+template <class Scalar>
+MainState<Scalar> read_main_checkpoint(const std::string& engine, const RunConfig& resumed,
+                                       const ModelLayout& layout, const CheckpointState& saved) {
+  check_main_checkpoint<Scalar>(engine, resumed, saved);
   MainState<Scalar> state;
   state.params = read_tensors<Scalar>(layout, saved.model_tensors, "", "model.safetensors");
   state.exp_avg =
-      read_tensors<Scalar>(layout, saved.optimizer_tensors, kExpAvgPrefix, "optimizer.safetensors");
-  state.exp_avg_sq = read_tensors<Scalar>(layout, saved.optimizer_tensors, kExpAvgSqPrefix,
+      read_tensors<Scalar>(layout, saved.optimizer_tensors, std::string(kExpAvgPrefix), "optimizer.safetensors");
+  state.exp_avg_sq = read_tensors<Scalar>(layout, saved.optimizer_tensors, std::string(kExpAvgSqPrefix),
                                           "optimizer.safetensors");
   state.counters = saved.counters;
   return state;
@@ -100,6 +108,10 @@ template CheckpointState make_main_checkpoint(const std::string&, const RunConfi
                                               const ModelLayout&, const MainState<double>&);
 template CheckpointState make_main_checkpoint(const std::string&, const RunConfig&,
                                               const ModelLayout&, const MainState<float>&);
+template CheckpointState main_checkpoint_metadata<double>(const std::string&, const RunConfig&, const Counters&);
+template CheckpointState main_checkpoint_metadata<float>(const std::string&, const RunConfig&, const Counters&);
+template void check_main_checkpoint<double>(const std::string&, const RunConfig&, const CheckpointState&);
+template void check_main_checkpoint<float>(const std::string&, const RunConfig&, const CheckpointState&);
 template MainState<double> read_main_checkpoint(const std::string&, const RunConfig&,
                                                 const ModelLayout&, const CheckpointState&);
 template MainState<float> read_main_checkpoint(const std::string&, const RunConfig&,

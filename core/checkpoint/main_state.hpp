@@ -19,6 +19,15 @@ template <class Scalar>
 CheckpointState make_main_checkpoint(const std::string& engine, const RunConfig& config,
                                      const ModelLayout& layout, const MainState<Scalar>& state);
 
+// make_main_checkpoint without the tensors: what a sharded save (sharded.hpp) records beside them.
+template <class Scalar>
+CheckpointState main_checkpoint_metadata(const std::string& engine, const RunConfig& config, const Counters& counters);
+
+// Throws std::runtime_error when `saved` was written by another engine or precision than
+// (engine, Scalar), and ConfigError for a setting the resumed run changed (check_resume_settings).
+template <class Scalar>
+void check_main_checkpoint(const std::string& engine, const RunConfig& resumed, const CheckpointState& saved);
+
 // The main state stored in `saved` for a run resumed under `resumed`. Throws std::runtime_error
 // when another engine or precision wrote it, or a tensor is missing or misshapen (naming it), and
 // ConfigError for a changed setting (check_resume_settings).

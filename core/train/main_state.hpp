@@ -3,6 +3,7 @@
 // Checkpoints store exactly this (core/checkpoint/main_state.hpp).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/train/records.hpp"
@@ -15,6 +16,16 @@ struct MainState {
   std::vector<Scalar> exp_avg;     // [layout.total_elements] Adam m
   std::vector<Scalar> exp_avg_sq;  // [layout.total_elements] Adam v
   Counters counters;
+};
+
+// Elements [begin, begin + params.size()) of the flat main state, without the counters: what one
+// data-parallel rank writes to, or reads from, a sharded checkpoint (core/checkpoint/sharded.hpp).
+template <class Scalar>
+struct MainStateSlice {
+  std::int64_t begin = 0;
+  std::vector<Scalar> params;
+  std::vector<Scalar> exp_avg;
+  std::vector<Scalar> exp_avg_sq;
 };
 
 }  // namespace tandem

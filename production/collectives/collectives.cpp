@@ -37,4 +37,22 @@ std::vector<double> all_gather_values(Collectives& collectives, std::span<const 
   return received;
 }
 
+std::vector<std::string> all_gather_strings(Collectives& collectives, const std::string& text) {
+  const double length = static_cast<double>(text.size());
+  const std::vector<double> lengths = all_gather_values(collectives, std::span(&length, 1));
+  const auto longest = static_cast<std::size_t>(*std::max_element(lengths.begin(), lengths.end()));
+  std::vector<double> bytes(longest, 0.0);
+  std::transform(text.begin(), text.end(), bytes.begin(),
+                 [](char c) { return static_cast<double>(static_cast<unsigned char>(c)); });
+  const std::vector<double> all = all_gather_values(collectives, bytes);
+  std::vector<std::string> texts(lengths.size());
+  for (std::size_t rank = 0; rank < texts.size(); ++rank) {
+    const auto begin = all.begin() + static_cast<std::ptrdiff_t>(rank * longest);
+    texts[rank].resize(static_cast<std::size_t>(lengths[rank]));
+    std::transform(begin, begin + static_cast<std::ptrdiff_t>(texts[rank].size()), texts[rank].begin(),
+                   [](double byte) { return static_cast<char>(static_cast<unsigned char>(byte)); });
+  }
+  return texts;
+}
+
 }  // namespace tandem::production

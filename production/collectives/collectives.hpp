@@ -55,4 +55,8 @@ std::shared_ptr<Collectives> single_rank_collectives();
 // all_gather_host on a vector: [size() * values.size()] in rank order.
 std::vector<double> all_gather_values(Collectives& collectives, std::span<const double> values);
 
+// Every rank's `text`, in rank order (each rank may send a different length). For short control
+// messages (a path, an error, a file's digest): every byte travels as one double.
+std::vector<std::string> all_gather_strings(Collectives& collectives, const std::string& text);
+
 }  // namespace tandem::production

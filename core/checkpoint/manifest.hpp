@@ -1,0 +1,70 @@
+// The manifest of a checkpoint directory (checkpoint.hpp, sharded.hpp): writing it, reading and
+// checking every field, and verifying the tensor files it lists. Shared by the whole-file format
+// (format_version 1) and the sharded one (format_version 2); not an interface for trainers.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/atomic_file.hpp"
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/safetensors.hpp"
+
+namespace tandem::checkpoint::manifest {
+
+// Throws std::runtime_error "checkpoint file FILE: PROBLEM".
+[[noreturn]] void fail(const std::filesystem::path& file, const std::string& problem);
+
+// Throws std::invalid_argument when `precision` is not a main precision, or a tensor is not in it.
+void check_precision(const std::string& precision, const std::string& where);
+void check_tensors_precision(const std::vector<TensorData>& tensors, const std::string& precision,
+                             const std::string& where);
+
+// The metadata every checkpoint tensor file carries (format, producer, engine, iteration).
+SafetensorsMetadata file_metadata(const CheckpointState& state);
+
+// Creates `save_dir` and removes what interrupted saves left in it (staging directories and
+// temporary trackers).
+void prepare_save_directory(const std::filesystem::path& save_dir);
+
+// The manifest's record of one written file.
+nlohmann::json file_record(const FileDigest& digest, std::size_t tensor_count);
+
+// The manifest of `state` (its tensors are not looked at) with `files` and `format_version`;
+// `sections` are added as they are (the sharded format's layout and shards).
+nlohmann::json make_manifest(const CheckpointState& state, std::int64_t format_version,
+                             const nlohmann::json& files, const nlohmann::json& sections = nlohmann::json::object());
+
+// Writes the manifest into a staging directory (fsynced).
+void write_manifest(const std::filesystem::path& directory, const nlohmann::json& manifest);
+
+struct ReadManifest {
+  nlohmann::json json;
+  std::filesystem::path path;
+  std::int64_t format_version = 0;
+  CheckpointState state;  // every field but the tensors
+};
+
+// Reads DIRECTORY/manifest.json and checks the format, the version (1 or 2) and every field the
+// state needs, and that the iteration agrees with the directory's name. Throws naming the file.
+ReadManifest read_manifest(const std::filesystem::path& directory);
+
+// Field access with errors naming the manifest and the field.
+const nlohmann::json& field(const nlohmann::json& object, std::string_view name, const std::filesystem::path& manifest);
+std::int64_t integer_field(const nlohmann::json& object, std::string_view name, const std::filesystem::path& manifest);
+std::string string_field(const nlohmann::json& object, std::string_view name, const std::filesystem::path& manifest);
+const nlohmann::json& object_field(const nlohmann::json& object, std::string_view name, const std::filesystem::path& manifest);
+
+// Checks that DIRECTORY/NAME exists and that its size and CRC-32 match the manifest's `files`.
+void verify_file(const std::filesystem::path& directory, const nlohmann::json& files, std::string_view name,
+                 const std::filesystem::path& manifest);
+
+// Reads a verified tensor file; every tensor must be in `precision`.
+std::vector<TensorData> read_tensor_file(const std::filesystem::path& path, const std::string& precision);
+
+}  // namespace tandem::checkpoint::manifest

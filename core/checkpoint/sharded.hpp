@@ -1,0 +1,71 @@
+// Sharded checkpoints (format_version 2): the main state of a data-parallel production run,
+// written by its ranks in parallel, each its own contiguous range of the flat parameter buffer
+// (core/model_layout.hpp), so that no rank ever holds the whole state:
+//
+//   SAVE/iter_0000042/shard_00000_of_00004.safetensors   rank 0's range: F32 1-D tensors
+//   ...                                                  "main_weights", "exp_avg", "exp_avg_sq"
+//   SAVE/iter_0000042/shard_00003_of_00004.safetensors
+//   SAVE/iter_0000042/manifest.json                      format_version 2: the fields of format 1,
+//                                                        "flat_layout" (each tensor's name, shape,
+//                                                        offset) and "shards" (file, rank, begin,
+//                                                        count); written last, by rank 0
+//
+// The save is collective and as atomic as format 1's: rank 0 creates the staging directory and
+// tells the others its name; each rank writes and fsyncs its file there; every rank learns every
+// outcome; only when all succeeded does rank 0 write the manifest, rename the directory into place
+// and replace the tracker. A failure on any rank leaves the previous checkpoint untouched and makes
+// every rank throw (no rank waits forever). Every rank must see the same SAVE directory (a shared
+// filesystem), as with Megatron; a rank that does not see the staging directory says so.
+//
+// A resume reads only the shard files that overlap the range it needs, verifying each one's size
+// and CRC-32; the range may differ from the one written (another data-parallel size).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/manifest.hpp"
+#include "core/model_layout.hpp"
+#include "core/train/main_state.hpp"
+
+namespace tandem::checkpoint {
+
+// "shard_00001_of_00004.safetensors"
+std::string shard_file_name(int rank, int ranks);
+
+// How the ranks of a save talk: this rank, their number, and an all-gather of short strings
+// (every rank calls it together and gets every rank's string in rank order).
+struct RankExchange {
+  int rank = 0;
+  int size = 1;
+  std::function<std::vector<std::string>(const std::string&)> all_gather;
+};
+
+// Collective: every rank calls it with the same `state` (counters, configuration; its tensor lists
+// empty; precision F32) and its own `slice` of the flat main state. The slices must tile the flat
+// buffer [0, layout.total_elements) in rank order (an empty slice is allowed). Returns the
+// iteration directory. Throws std::runtime_error on every rank when any rank failed, naming the
+// rank and its reason. `hooks` (tests) sees "shard_..." on each rank, then "manifest.json",
+// "directory" and "tracker" on rank 0.
+std::filesystem::path save_sharded_checkpoint(const std::filesystem::path& save_dir,
+                                              const CheckpointState& state, const ModelLayout& layout,
+                                              const MainStateSlice<float>& slice,
+                                              const RankExchange& ranks, const SaveHooks& hooks = {});
+
+// Flat elements [begin, begin + count) of the F32 main state in the checkpoint `directory` (an
+// iter_ directory, as resolve_checkpoint_directory returns), from either format; reads and
+// verifies only the files that hold them. Throws naming the file on corruption, and naming the
+// tensor when the checkpoint's layout is not `layout` (a different model).
+MainStateSlice<float> read_main_state_slice(const std::filesystem::path& directory, const ModelLayout& layout,
+                                            std::int64_t begin, std::int64_t count);
+
+// For load_checkpoint: verifies and reads every shard of a format_version 2 checkpoint and fills
+// `read.state`'s tensor lists under format 1's names, as if the state had been written whole.
+void read_sharded_tensors(const std::filesystem::path& directory, manifest::ReadManifest& read,
+                          bool read_optimizer);
+
+}  // namespace tandem::checkpoint
