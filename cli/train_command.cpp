@@ -10,6 +10,7 @@
 #include "cli/command.hpp"
 #include "cli/ranks.hpp"
 #include "core/args.hpp"
+#include "core/train/exit_signal.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/mpi.hpp"
 #include "production/collectives/nccl.hpp"
@@ -33,6 +34,7 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
   if (session.active()) launch.launched_world_size = session.world_size();
   const RunConfig config = build_run_config(state.run, launch);
   TrainOptions options = state.options;
+  if (options.exit_signal_handler) install_exit_signal_handler();
   options.test_nonfinite_gradient_iterations = {state.nonfinite_iterations.begin(),
                                                 state.nonfinite_iterations.end()};
   options.test_nonfinite_loss_iterations = {state.nonfinite_loss_iterations.begin(),
@@ -133,6 +135,15 @@ Command add_train_command(CLI::App& parent) {
   sub->add_option("--exit-interval", options.exit_interval,
                   "stop after the iteration that is a multiple of this, saving a checkpoint "
                   "with --save (Megatron's option; iterations; default: 0 = run to the end)")
+      ->check(CLI::NonNegativeNumber)->group(group);
+  sub->add_flag("--exit-signal-handler", options.exit_signal_handler,
+                "on SIGTERM (Slurm's warning before the time limit, scancel), finish the iteration, "
+                "save a checkpoint with --save and exit 0; any rank's signal stops every rank "
+                "(Megatron's option)")->group(group);
+  sub->add_option("--exit-duration-in-mins", options.exit_duration_minutes,
+                  "stop, saving a checkpoint with --save, after the first iteration that ends this "
+                  "long after the start (minutes, fractions allowed; Megatron's option; default: 0 = "
+                  "never)")
       ->check(CLI::NonNegativeNumber)->group(group);
   sub->add_flag("--quiet", options.quiet, "no progress line per iteration")->group(group);
   // Test-only (hidden): make the reduced gradient of these iterations NaN (SPEC 8 tests).

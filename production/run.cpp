@@ -2,7 +2,10 @@
 // step for step as reference/run.cpp.
 #include "production/run.hpp"
 
+#include <algorithm>
 #include <ostream>
+#include <span>
+#include <vector>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +16,7 @@
 #include "core/train/records.hpp"
 #include "core/train/run_support.hpp"
 #include "production/checkpointing.hpp"
+#include "production/collectives/collectives.hpp"
 #include "production/cuda/device.hpp"
 #include "production/trainer.hpp"
 
@@ -106,6 +110,11 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };
   driver.counters = [&trainer] { return trainer.counters(); };
   if (saving) driver.save = save;
+  driver.any_rank = [&trainer](bool flag) {
+    const double mine = flag ? 1.0 : 0.0;
+    const std::vector<double> all = all_gather_values(trainer.collectives(), std::span(&mine, 1));
+    return std::any_of(all.begin(), all.end(), [](double value) { return value != 0.0; });
+  };
   RunSummary summary;
   static_cast<tandem::RunSummary&>(summary) =
       drive_iterations(config, options, resumed_iteration, driver, log, out);

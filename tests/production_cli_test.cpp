@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -184,6 +185,65 @@ TEST_F(ProductionCli, ResumeOnMpiRanksIsBitExactAndOneRankTakesTheCheckpointUp) 
   for (const auto& tensor : saved.model_tensors) {
     EXPECT_EQ(checkpoint::find_tensor(hf.tensors, tensor.name, "export"), tensor) << tensor.name;
   }
+}
+
+// Megatron's --exit-signal-handler as Slurm uses it: SIGTERM reaches one rank only (here the last
+// child of mpirun), yet both ranks stop after the same iteration with one checkpoint and exit 0;
+// resuming from it gives the straight run's bits.
+TEST_F(ProductionCli, SigtermToOneRankStopsEveryRankWithACheckpointAndResumeIsBitExact) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  auto with = [&](const fs::path& save, std::vector<std::string> extra) {
+    const std::vector<std::string> longer = {"--train-samples", "800", "--use-distributed-optimizer",
+                                             "--data-parallel-size", "2", "--save", save.string()};
+    extra.insert(extra.begin(), longer.begin(), longer.end());
+    return tiny(extra);
+  };
+  const auto straight = root_ / "straight";
+  const auto stopped = root_ / "stopped";
+  ASSERT_EQ(run_tandem(with(straight, {}), mpirun, "2>&1").exit_code, 0);
+
+  // In the background; once 3 iterations are logged, SIGTERM to one child of mpirun (a rank).
+  std::string command = mpirun + testing::shell_quoted(TANDEM_BINARY);
+  for (const auto& word : with(stopped, {"--exit-signal-handler"})) command += " " + testing::shell_quoted(word);
+  const std::string log = testing::shell_quoted((stopped / "log.jsonl").string());
+  const auto result = testing::run_shell(
+      command + " > " + testing::shell_quoted((root_ / "out.txt").string()) + " 2>&1 &\n"
+      "launcher=$!\n"
+      "i=0; while [ $i -lt 1200 ]; do n=$(grep -c '\"type\":\"iteration\"' " + log + " 2>/dev/null);"
+      " [ \"${n:-0}\" -ge 3 ] && break; sleep 0.05; i=$((i+1)); done\n"
+      "rank=''; for s in /proc/[0-9]*/stat; do set -- $(cat $s 2>/dev/null); [ \"$4\" = \"$launcher\" ] && rank=$1; done\n"
+      "[ -n \"$rank\" ] && kill -TERM $rank\n"
+      "wait $launcher; echo \"exit $?\"\n");
+  const std::string output = testing::bytes_of(root_ / "out.txt");
+  EXPECT_NE(result.output.find("exit 0"), std::string::npos) << result.output << output;
+  const std::string needle = ": SIGTERM received (--exit-signal-handler); checkpoint saved";
+  ASSERT_NE(output.find(needle), std::string::npos) << output;
+  EXPECT_EQ(output.find(needle), output.rfind(needle)) << "rank 0 alone speaks: " << output;
+  const std::optional<std::int64_t> at = checkpoint::read_latest_iteration(stopped);
+  ASSERT_TRUE(at.has_value());
+  ASSERT_LT(*at, 200) << "the run ended before the signal: the test proved nothing";
+  EXPECT_EQ(read_log(stopped / "log.jsonl").back()["iteration"], *at);
+  EXPECT_EQ(tensor_files_of(stopped / checkpoint::iteration_directory_name(*at)).size(), 2u);
+
+  const auto resumed = run_tandem(with(stopped, {"--load", stopped.string()}), mpirun, "2>&1");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(tensor_files_of(straight / "iter_0000200"), tensor_files_of(stopped / "iter_0000200"));
+}
+
+// --exit-duration-in-mins: every rank passes a few milliseconds during the first iteration, so the
+// run stops after it, saving; the message names the option.
+TEST_F(ProductionCli, ExitDurationStopsEveryRankAfterTheIterationThatPassesIt) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const auto save = root_ / "save";
+  const auto result = run_tandem(tiny({"--save", save.string(), "--data-parallel-size", "2",
+                                       "--exit-duration-in-mins", "0.0001"}), mpirun, "2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("exiting at iteration 1: "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("minutes passed (--exit-duration-in-mins 0.0001); checkpoint saved"), std::string::npos)
+      << result.output;
+  EXPECT_EQ(checkpoint::read_latest_iteration(save), 1);
 }
 
 // SPEC 8's other skip condition through the binary: a NaN loss on 2 ranks (the gradients are

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/checkpoint.hpp"
 #include "production/backend.hpp"
 #include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
@@ -93,6 +94,37 @@ TEST_F(TrainCli, ResumeEqualsRunningStraightBitwise) {
     return nlohmann::json::parse(bytes_of(dir / "iter_0000006" / "manifest.json"));
   };
   EXPECT_EQ(manifest(straight)["counters"], manifest(resumed)["counters"]);
+}
+
+// The reference engine runs the same loop in one process: SIGTERM to it stops the run after the
+// iteration in progress with a checkpoint, exit 0; without --save it says nothing was saved.
+TEST_F(TrainCli, SigtermWithTheExitSignalHandlerStopsWithACheckpoint) {
+  for (const bool saving : {true, false}) {
+    const auto save = root_ / (saving ? "save" : "unsaved");
+    std::vector<std::string> extra = {"--train-samples", "4000", "--exit-signal-handler", "--log", (root_ / "log.jsonl").string()};
+    if (saving) extra.insert(extra.end(), {"--save", save.string()});
+    std::filesystem::remove(root_ / "log.jsonl");
+    std::string command = testing::shell_quoted(TANDEM_BINARY);
+    for (const auto& word : tiny(extra)) command += " " + testing::shell_quoted(word);
+    const std::string log = testing::shell_quoted((root_ / "log.jsonl").string());
+    const auto result = testing::run_shell(
+        command + " > " + testing::shell_quoted((root_ / "out.txt").string()) + " 2>&1 &\n"
+        "pid=$!\n"
+        "i=0; while [ $i -lt 1200 ]; do n=$(grep -c '\"type\":\"iteration\"' " + log + " 2>/dev/null);"
+        " [ \"${n:-0}\" -ge 2 ] && break; sleep 0.05; i=$((i+1)); done\n"
+        "kill -TERM $pid\n"
+        "wait $pid; echo \"exit $?\"\n");
+    const std::string output = testing::bytes_of(root_ / "out.txt");
+    EXPECT_NE(result.output.find("exit 0"), std::string::npos) << result.output << output;
+    const std::string needle = saving ? ": SIGTERM received (--exit-signal-handler); checkpoint saved"
+                                      : ": SIGTERM received (--exit-signal-handler); no --save, so nothing was saved";
+    EXPECT_NE(output.find(needle), std::string::npos) << output;
+    const auto last = read_log(root_ / "log.jsonl").back()["iteration"].get<std::int64_t>();
+    EXPECT_LT(last, 1000) << "the run ended before the signal: the test proved nothing";
+    if (saving) {
+      EXPECT_EQ(checkpoint::read_latest_iteration(save), last);
+    }
+  }
 }
 
 TEST_F(TrainCli, AChangedScheduleOnResumeIsAnErrorUnlessOverridden) {

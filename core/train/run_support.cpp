@@ -1,6 +1,9 @@
 // The shared header record and progress line (run_support.hpp).
 #include "core/train/run_support.hpp"
 
+#include "core/train/exit_signal.hpp"
+
+#include <chrono>
 #include <filesystem>
 #include <iomanip>
 #include <ostream>
@@ -61,6 +64,29 @@ std::string resolve_log_path(const RunConfig& config, const TrainOptions& option
   return (std::filesystem::path(config.checkpoint.save) / "log.jsonl").string();
 }
 
+namespace {
+
+// Why the run stops after this iteration ("" = it goes on): SIGTERM on any rank, or the duration
+// passed on any rank. One exchange per iteration, and only when either option is on.
+std::string early_exit_reason(const TrainOptions& options, const IterationDriver& driver) {
+  if (!options.exit_signal_handler && options.exit_duration_minutes <= 0) return "";
+  auto any_rank = [&driver](bool flag) { return driver.any_rank ? driver.any_rank(flag) : flag; };
+  const bool signalled = any_rank(options.exit_signal_handler && exit_signal_received());
+  const double minutes =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - options.start).count() / 60.0;
+  const bool expired = any_rank(options.exit_duration_minutes > 0 && minutes > options.exit_duration_minutes);
+  if (signalled) return "SIGTERM received (--exit-signal-handler)";
+  if (expired) {
+    std::ostringstream reason;
+    reason << std::fixed << std::setprecision(2) << minutes << " minutes passed (--exit-duration-in-mins "
+           << std::defaultfloat << options.exit_duration_minutes << ")";
+    return reason.str();
+  }
+  return "";
+}
+
+}  // namespace
+
 RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options,
                             std::int64_t resumed_iteration, const IterationDriver& driver,
                             JsonlLog& log, std::ostream& out) {
@@ -89,12 +115,18 @@ RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options
                               counters.iteration % config.checkpoint.save_interval == 0;
     const bool exit_due =
         options.exit_interval > 0 && counters.iteration % options.exit_interval == 0;
-    if (saving && (interval_due || exit_due || counters.iteration == total_iterations)) {
+    const std::string early_exit = early_exit_reason(options, driver);
+    if (saving && (interval_due || exit_due || !early_exit.empty() || counters.iteration == total_iterations)) {
       driver.save();
     }
     if (exit_due) {
       out << "exiting at iteration " << counters.iteration << " (--exit-interval "
           << options.exit_interval << ")\n";
+      break;
+    }
+    if (!early_exit.empty()) {
+      out << "exiting at iteration " << counters.iteration << ": " << early_exit
+          << (saving ? "; checkpoint saved" : "; no --save, so nothing was saved") << "\n";
       break;
     }
   }

@@ -52,12 +52,17 @@ struct IterationDriver {
   std::function<IterationRecord()> run_iteration;
   std::function<Counters()> counters;  // after the last iteration
   std::function<void()> save;          // writes a checkpoint; empty without --save
+  // Collective: whether `flag` is true on any rank (every rank calls it together); empty: one
+  // process. The loop's decisions to stop early must be the same on every rank.
+  std::function<bool(bool flag)> any_rank;
 };
 
 // The loop both engines run after setup: iterate to config.train_updates(), log each record,
 // print progress, checkpoint every --save-interval, at --exit-interval and at the end, write the
 // initialized model when there is nothing to train (SPEC 12), and stop with an error after
-// --max-consecutive-skips skipped updates in a row, after a final checkpoint (SPEC 8).
+// --max-consecutive-skips skipped updates in a row, after a final checkpoint (SPEC 8). With
+// --exit-signal-handler or --exit-duration-in-mins it stops, saving, after the iteration at which
+// any rank received SIGTERM or passed the duration (Megatron's behaviour).
 RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options,
                             std::int64_t resumed_iteration, const IterationDriver& driver,
                             JsonlLog& log, std::ostream& out);

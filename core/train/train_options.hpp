@@ -2,6 +2,7 @@
 // where the log goes, what to audit, when to give up on skipped updates.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -17,6 +18,11 @@ struct TrainOptions {
   std::int64_t max_consecutive_skips = 10;  // SPEC 8: stop after this many skips in a row
   std::string data_cache;               // where the embedded corpus is built; empty = temp dir
   std::int64_t exit_interval = 0;       // Megatron: stop (saving) once iteration % this == 0
+  // Megatron: stop (saving) after the iteration during which SIGTERM arrived (exit_signal.hpp),
+  // or after the first iteration that ends more than this many minutes after `start` (0 = never).
+  bool exit_signal_handler = false;
+  double exit_duration_minutes = 0;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool quiet = false;                   // no progress line per iteration
   // Test-only: iterations (1-based) whose reduced gradient is made non-finite (SPEC 8 tests).
   std::set<std::int64_t> test_nonfinite_gradient_iterations;
