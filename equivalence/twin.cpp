@@ -7,6 +7,7 @@
 
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
+#include "core/checkpoint/checkpoint.hpp"
 #include "production/checkpointing.hpp"
 #include "production/collectives/mpi.hpp"
 #include "production/collectives/thread_group.hpp"
@@ -71,18 +72,19 @@ class ReferenceTwin final : public Twin {
   }
   std::vector<double> last_gradient() const override { return widen(trainer_.last_gradient()); }
   Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
-  std::optional<checkpoint::CheckpointState> checkpoint() const override {
+  void save_checkpoint(const std::filesystem::path& directory) const override {
     if constexpr (std::is_same_v<Real, double>) {
-      return reference::make_checkpoint_state(trainer_);
+      checkpoint::save_checkpoint(directory, reference::make_checkpoint_state(trainer_));
     } else {
-      return std::nullopt;  // a 50-digit state does not fit the format (checkpointing.hpp)
+      (void)directory;
+      throw std::logic_error("the 50-digit reference does not checkpoint");  // (checkpointing.hpp)
     }
   }
-  void restore(const checkpoint::CheckpointState& state) override {
+  void resume_from(const std::filesystem::path& directory) override {
     if constexpr (std::is_same_v<Real, double>) {
-      reference::restore_checkpoint_state(trainer_, state);
+      reference::restore_checkpoint_state(trainer_, checkpoint::load_checkpoint(directory));
     } else {
-      (void)state;
+      (void)directory;
       throw std::logic_error("the 50-digit reference does not checkpoint");
     }
   }
@@ -196,16 +198,18 @@ class ProductionTwin final : public Twin {
   }
   // Production consumes the shipped Sample as the provider builds it (no device-side rebuild).
   Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
-  std::optional<checkpoint::CheckpointState> checkpoint() const override {
-    std::vector<checkpoint::CheckpointState> states(trainers_.size());
-    each_rank([&](const std::unique_ptr<production::Trainer>& trainer, int rank) {
-      states[static_cast<std::size_t>(rank)] = production::make_checkpoint_state(*trainer);
+  // The production run's own path: one rank writes format 1; DP ranks each write their shard and
+  // each reads only its range back (production/checkpointing.hpp).
+  void save_checkpoint(const std::filesystem::path& directory) const override {
+    const std::filesystem::path agreed = agreed_directory(directory);
+    each_rank([&](const std::unique_ptr<production::Trainer>& trainer, int) {
+      production::save_trainer_checkpoint(*trainer, agreed);
     });
-    return states.front();
   }
-  void restore(const checkpoint::CheckpointState& state) override {
+  void resume_from(const std::filesystem::path& directory) override {
+    const std::filesystem::path agreed = agreed_directory(directory);
     each_rank([&](std::unique_ptr<production::Trainer>& trainer, int) {
-      production::restore_checkpoint_state(*trainer, state);
+      production::resume_trainer_from(*trainer, agreed);
     });
   }
 
@@ -228,6 +232,13 @@ class ProductionTwin final : public Twin {
   void each_rank(Body&& body) const {
     if (group_.empty()) return body(trainers_.front(), 0);
     production::run_thread_group(group_, [&](int rank) { body(trainers_[static_cast<std::size_t>(rank)], rank); });
+  }
+
+  // As MPI ranks each process names its own scratch directory: they all use rank 0's.
+  std::filesystem::path agreed_directory(const std::filesystem::path& directory) const {
+    production::Collectives& collectives = trainers_.front()->collectives();
+    if (!group_.empty() || collectives.size() == 1) return directory;
+    return production::all_gather_strings(collectives, directory.string()).front();
   }
 
   reference::SampleProvider samples_;

@@ -6,13 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "core/checkpoint/checkpoint.hpp"
 #include "core/config.hpp"
 #include "core/data/sample.hpp"
 #include "core/train/records.hpp"
@@ -54,9 +53,11 @@ class Twin {
   virtual std::vector<double> last_gradient() const = 0;
   // The sample at a global index exactly as this twin consumes it (positions, spans, masks).
   virtual Sample consumed_sample(std::int64_t global_index) const = 0;
-  // Checkpoints in the twin's own format (SPEC 9); none when the twin cannot checkpoint.
-  virtual std::optional<checkpoint::CheckpointState> checkpoint() const = 0;
-  virtual void restore(const checkpoint::CheckpointState& state) = 0;
+  // Writes a checkpoint into `directory` as the twin's engine does (SPEC 9; the production twin
+  // with DP > 1: each rank its shard), and resumes from one. Under MPI ranks each process may name
+  // its own directory: the twin uses rank 0's. Only for kinds with `checkpoints`.
+  virtual void save_checkpoint(const std::filesystem::path& directory) const = 0;
+  virtual void resume_from(const std::filesystem::path& directory) = 0;
 };
 
 // One AdamW element update (SPEC 7) as a twin's optimizer computes it, in double.
@@ -98,7 +99,7 @@ struct TwinKind {
   std::string description;   // one line for reports
   Precision precision;       // its main arithmetic
   bool compute_follows_bf16 = false;  // --bf16 makes its compute stores bf16 (production)
-  bool checkpoints = false;  // supports checkpoint()/restore()
+  bool checkpoints = false;  // supports save_checkpoint()/resume_from()
   std::int64_t max_data_parallel = 0;  // largest DP it runs (0: any)
   std::int64_t required_data_parallel = 0;  // the only DP it runs (0: any): the MPI ranks
   bool injects_any_value = true;       // false: only NaN at flat element 0 (production's switch)
