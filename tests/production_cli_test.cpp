@@ -203,20 +203,12 @@ TEST_F(ProductionCli, SigtermToOneRankStopsEveryRankWithACheckpointAndResumeIsBi
   const auto stopped = root_ / "stopped";
   ASSERT_EQ(run_tandem(with(straight, {}), mpirun, "2>&1").exit_code, 0);
 
-  // In the background; once 3 iterations are logged, SIGTERM to one child of mpirun (a rank).
-  std::string command = mpirun + testing::shell_quoted(TANDEM_BINARY);
-  for (const auto& word : with(stopped, {"--exit-signal-handler"})) command += " " + testing::shell_quoted(word);
-  const std::string log = testing::shell_quoted((stopped / "log.jsonl").string());
-  const auto result = testing::run_shell(
-      command + " > " + testing::shell_quoted((root_ / "out.txt").string()) + " 2>&1 &\n"
-      "launcher=$!\n"
-      "i=0; while [ $i -lt 1200 ]; do n=$(grep -c '\"type\":\"iteration\"' " + log + " 2>/dev/null);"
-      " [ \"${n:-0}\" -ge 3 ] && break; sleep 0.05; i=$((i+1)); done\n"
-      "rank=''; for s in /proc/[0-9]*/stat; do set -- $(cat $s 2>/dev/null); [ \"$4\" = \"$launcher\" ] && rank=$1; done\n"
-      "[ -n \"$rank\" ] && kill -TERM $rank\n"
-      "wait $launcher; echo \"exit $?\"\n");
+  // Once 3 iterations are logged, SIGTERM to one child of mpirun (a rank).
+  const int exit_code = testing::signal_tandem_during_run(
+      with(stopped, {"--exit-signal-handler"}), mpirun, (root_ / "out.txt").string(),
+      (stopped / "log.jsonl").string(), 3, testing::SignalTarget::last_child);
   const std::string output = testing::bytes_of(root_ / "out.txt");
-  EXPECT_NE(result.output.find("exit 0"), std::string::npos) << result.output << output;
+  EXPECT_EQ(exit_code, 0) << output;
   const std::string needle = ": SIGTERM received (--exit-signal-handler); checkpoint saved";
   ASSERT_NE(output.find(needle), std::string::npos) << output;
   EXPECT_EQ(output.find(needle), output.rfind(needle)) << "rank 0 alone speaks: " << output;

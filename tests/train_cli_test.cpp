@@ -104,18 +104,10 @@ TEST_F(TrainCli, SigtermWithTheExitSignalHandlerStopsWithACheckpoint) {
     std::vector<std::string> extra = {"--train-samples", "4000", "--exit-signal-handler", "--log", (root_ / "log.jsonl").string()};
     if (saving) extra.insert(extra.end(), {"--save", save.string()});
     std::filesystem::remove(root_ / "log.jsonl");
-    std::string command = testing::shell_quoted(TANDEM_BINARY);
-    for (const auto& word : tiny(extra)) command += " " + testing::shell_quoted(word);
-    const std::string log = testing::shell_quoted((root_ / "log.jsonl").string());
-    const auto result = testing::run_shell(
-        command + " > " + testing::shell_quoted((root_ / "out.txt").string()) + " 2>&1 &\n"
-        "pid=$!\n"
-        "i=0; while [ $i -lt 1200 ]; do n=$(grep -c '\"type\":\"iteration\"' " + log + " 2>/dev/null);"
-        " [ \"${n:-0}\" -ge 2 ] && break; sleep 0.05; i=$((i+1)); done\n"
-        "kill -TERM $pid\n"
-        "wait $pid; echo \"exit $?\"\n");
+    const int exit_code = testing::signal_tandem_during_run(
+        tiny(extra), "", (root_ / "out.txt").string(), (root_ / "log.jsonl").string(), 2, testing::SignalTarget::process);
     const std::string output = testing::bytes_of(root_ / "out.txt");
-    EXPECT_NE(result.output.find("exit 0"), std::string::npos) << result.output << output;
+    EXPECT_EQ(exit_code, 0) << output;
     const std::string needle = saving ? ": SIGTERM received (--exit-signal-handler); checkpoint saved"
                                       : ": SIGTERM received (--exit-signal-handler); no --save, so nothing was saved";
     EXPECT_NE(output.find(needle), std::string::npos) << output;

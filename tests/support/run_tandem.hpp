@@ -55,6 +55,31 @@ inline CommandResult run_tandem(const std::vector<std::string>& arguments,
   return run_shell(command + " " + suffix);
 }
 
+// Whom signal_tandem_during_run sends SIGTERM to.
+enum class SignalTarget { process, last_child };
+
+// Starts `prefix TANDEM_BINARY arguments...` in the background (stdout and stderr into
+// `output_file`), waits until `log` holds at least `iterations` iteration records (at most 60 s),
+// sends SIGTERM to the process it started, or to that process's last child (one rank, when the
+// prefix is mpirun), and waits for it. Returns the exit code of what it started.
+inline int signal_tandem_during_run(const std::vector<std::string>& arguments, const std::string& prefix,
+                                    const std::string& output_file, const std::string& log, int iterations,
+                                    SignalTarget target) {
+  std::string command = prefix + shell_quoted(TANDEM_BINARY);
+  for (const auto& argument : arguments) command += " " + shell_quoted(argument);
+  const std::string find_child =
+      "for s in /proc/[0-9]*/stat; do set -- $(cat $s 2>/dev/null); [ \"$4\" = \"$started\" ] && to=$1; done\n";
+  const CommandResult result = run_shell(
+      command + " > " + shell_quoted(output_file) + " 2>&1 &\n"
+      "started=$!\n"
+      "i=0; while [ $i -lt 1200 ]; do n=$(grep -c '\"type\":\"iteration\"' " + shell_quoted(log) + " 2>/dev/null);"
+      " [ \"${n:-0}\" -ge " + std::to_string(iterations) + " ] && break; sleep 0.05; i=$((i+1)); done\n"
+      "to=$started\n" + (target == SignalTarget::last_child ? find_child : std::string()) +
+      "kill -TERM $to\n"
+      "wait $started; echo $?\n");
+  return result.output.empty() ? -1 : std::stoi(result.output);
+}
+
 // `mpirun -np RANKS ` as a run_tandem prefix (root needs --allow-run-as-root; a 2-core CI machine
 // needs --oversubscribe), or empty when Open MPI's mpirun is not on the PATH.
 // In the sanitizer build, leak detection is off in the processes mpirun starts: Open MPI keeps
