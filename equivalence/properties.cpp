@@ -465,7 +465,7 @@ void microbatch_mean_differs_exactly_when_loss_token_counts_differ(const TwinKin
   Finding f;
   f.update = 1;
   f.quantity = counts_equal ? "equal counts: gradients bitwise equal"
-                            : "different counts: max gradient difference beyond the bound";
+                            : "different counts: gradients differ as the reference's do";
   f.comparison = counts_equal ? Comparison::exact : Comparison::approximate;
   f.under_test = max_difference;
   f.error = max_difference;
@@ -473,24 +473,49 @@ void microbatch_mean_differs_exactly_when_loss_token_counts_differ(const TwinKin
   if (counts_equal) {
     f.ok = bitwise;
   } else {
-    // Decisive only where the true difference (the double reference's, whose rounding is ~1e-16
-    // relative) exceeds twice the twin's bound; below that a worst-case bound cannot tell the
-    // normalizations apart, and the twin is held to "not bitwise equal" only.
-    auto truth_a = reference_twin().make(setup_for(per_token, samples, {}, 0));
-    auto truth_b = reference_twin().make(setup_for(microbatch_mean, samples, {}, 0));
-    move_to_position(*truth_a, start, gbs);
-    move_to_position(*truth_b, start, gbs);
-    truth_a->run_iteration();
-    truth_b->run_iteration();
-    const std::vector<double> ta = truth_a->last_gradient();
-    const std::vector<double> tb = truth_b->last_gradient();
+    // Per element i, each run is within its bound of the double reference's (truth): b_a,i and
+    // b_b,i (update_bounds: the smaller of the per-element and the worst-case bound). Where the
+    // true difference d_i exceeds b_a,i + b_b,i the normalizations are told apart, and the twin's
+    // difference must have d_i's sign and at least |d_i| - b_a,i - b_b,i. Without such an element
+    // the twin is held to "not bitwise equal" only.
+    const PrecisionPair pair{precision, fp64()};
+    auto observe = [&](const RunConfig& config) {
+      auto truth = reference_twin().make(setup_for(config, samples, {}, 0));
+      move_to_position(*truth, start, gbs);
+      UpdateObservation observed;
+      observed.before = truth->state();
+      observed.batch = update_batch(*truth, observed.before, config);
+      observed.record = truth->run_iteration();
+      observed.gradient = truth->last_gradient();
+      return observed;
+    };
+    const UpdateObservation truth_a = observe(per_token);
+    const UpdateObservation truth_b = observe(microbatch_mean);
+    const UpdateBounds bounds_a = update_bounds(per_token, pair, truth_a, 1.0);  // no clipping
+    const UpdateBounds bounds_b = update_bounds(microbatch_mean, pair, truth_b, 1.0);
+    std::int64_t decisive = 0;
     double true_difference = 0;
-    for (std::size_t i = 0; i < ta.size(); ++i) {
-      true_difference = std::max(true_difference, std::abs(ta[i] - tb[i]));
+    double shortfall = 0;  // the most any decisive element's twin difference falls short
+    for (std::size_t i = 0; i < ga.size(); ++i) {
+      const double d = truth_a.gradient[i] - truth_b.gradient[i];
+      true_difference = std::max(true_difference, std::abs(d));
+      const double slack = bounds_a.gradient[i] + bounds_b.gradient[i];
+      if (!(std::abs(d) > slack)) continue;
+      ++decisive;
+      const double seen = (ga[i] - gb[i]) * (d > 0 ? 1.0 : -1.0);
+      shortfall = std::max(shortfall, (std::abs(d) - slack) - seen);
     }
     f.reference = true_difference;
-    f.ok = true_difference > 2 * bound ? max_difference > bound : !bitwise;
-    if (!(true_difference > 2 * bound)) f.quantity += " (undecidable by the bound: not bitwise equal)";
+    if (decisive > 0) {
+      f.quantity += " on " + std::to_string(decisive) +
+                    " decisive elements (sign and size of the true difference, less both bounds)";
+      f.ok = shortfall <= 0;
+      f.error = std::max(0.0, shortfall);
+      f.bound = 0;
+    } else {
+      f.quantity += " (undecidable by the bounds: not bitwise equal)";
+      f.ok = !bitwise;
+    }
   }
   report.add(f);
   assert_report(report);
