@@ -85,7 +85,7 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
   TrainOptions options;
   options.data_cache = state.data_cache;
   // Rank 0 builds the embedded corpus (when it is used) before the others open it.
-  if (session.rank() == 0) data::resolve_dataset_prefix(config, options.data_cache);
+  if (session.rank() == 0) data::resolve_data_path(config, options.data_cache);
   session.barrier();
   equivalence::TwinSetup setup;
   setup.config = config;

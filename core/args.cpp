@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/data/blend.hpp"
 #include "core/data/split.hpp"
 
 namespace tandem {
@@ -278,7 +279,11 @@ void add_run_options(CLI::App& app, RunArguments& args) {
 
   const std::string data = "Data and loss (SPEC 2, 3, 5)";
   app.add_option("--data-path", args.data_paths,
-                 "PREFIX of PREFIX.bin/.idx (default: the embedded corpus)")->group(data);
+                 "PREFIX of PREFIX.bin/.idx; or a blend as Megatron writes it, W1 P1 W2 P2 ... "
+                 "(weights > 0, normalized; sample i comes from the dataset furthest behind "
+                 "its share; each dataset continues into its next epoch), or P1 P2 ... weighted "
+                 "by each dataset's samples per epoch; docs/DATA.md section 9 (default: the "
+                 "embedded corpus)")->group(data);
   app.add_option("--split", v.data.split, "Megatron's train,valid,test weights (default: all "
                                           "train)")->group(data);
   app.add_option("--data-order", args.data_order, "sequential | shuffled (per epoch, from --seed)")
@@ -394,12 +399,10 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
     checker.fail("--packing", args.packing, "must be concat or units (SPEC 2)",
                  "use one of those two");
   }
-  if (args.data_paths.size() > 1) {
-    checker.fail("--data-path", std::to_string(args.data_paths.size()) + " values",
-                 "tandem reads one dataset prefix (blending is not supported yet)",
-                 "give one PREFIX");
-  } else if (args.data_paths.size() == 1) {
-    data.data_path = args.data_paths.front();
+  try {
+    data.data_path = data::parse_data_path(args.data_paths);
+  } catch (const ConfigError& error) {
+    for (const auto& issue : error.issues()) checker.fail(issue.field, issue.value, issue.rule, issue.fix);
   }
   checker.throw_if_any();
   if (!data.split.empty()) data::parse_split_weights(data.split);  // throws ConfigError on --split

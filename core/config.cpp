@@ -33,6 +33,24 @@ std::string to_string(DataOrder order) {
 
 std::string to_string(Packing packing) { return packing == Packing::concat ? "concat" : "units"; }
 
+namespace {
+
+// --data-path: "" for the embedded corpus and "PREFIX" for one dataset without a weight (the
+// form logs, checkpoints and the golden fixtures have always held); a blend (or one weighted
+// prefix) as [{"prefix": P, "weight": W or null}, ...].
+nlohmann::json data_path_json(const std::vector<DataPathEntry>& entries) {
+  if (entries.empty()) return "";
+  if (entries.size() == 1 && !entries.front().weight) return entries.front().prefix;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& entry : entries) {
+    out.push_back({{"prefix", entry.prefix},
+                   {"weight", entry.weight ? nlohmann::json(*entry.weight) : nlohmann::json()}});
+  }
+  return out;
+}
+
+}  // namespace
+
 void to_json(nlohmann::json& out, const RunConfig& config) {
   const auto& m = config.model;
   const auto& p = config.parallel;
@@ -74,7 +92,7 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
         {"start_weight_decay", s.start_weight_decay}, {"end_weight_decay", s.end_weight_decay},
         {"wd_incr_samples", s.wd_incr_samples}}},
       {"data",
-       {{"data_path", d.data_path}, {"split", d.split}, {"data_order", to_string(d.data_order)},
+       {{"data_path", data_path_json(d.data_path)}, {"split", d.split}, {"data_order", to_string(d.data_order)},
         {"packing", to_string(d.packing)}, {"reset_position_ids", d.reset_position_ids},
         {"reset_attention_mask", d.reset_attention_mask}, {"eod_mask_loss", d.eod_mask_loss},
         {"loss_normalization", to_string(d.loss_normalization)}, {"seed", d.seed}}},

@@ -85,8 +85,19 @@ enum class LossNormalization { per_token, microbatch_mean };
 enum class DataOrder { sequential, shuffled };
 enum class Packing { concat, units };
 
+// One dataset named by --data-path (SPEC 2; blends: docs/DATA.md section 9).
+struct DataPathEntry {
+  std::string prefix;            // PREFIX of PREFIX.bin / PREFIX.idx
+  // Normalized blend weight in (0, 1]; a blend's weights sum to 1. Absent when --data-path gave
+  // no weights: one prefix, or Megatron's list of prefixes weighted by each dataset's size.
+  std::optional<double> weight;
+  bool operator==(const DataPathEntry&) const = default;
+};
+
 struct DataConfig {
-  std::string data_path;                // PREFIX of PREFIX.bin / PREFIX.idx; empty = embedded corpus
+  // --data-path: empty = the embedded corpus; one entry = that dataset; several = a blend
+  // (Megatron's BlendedDataset, core/data/blend.hpp).
+  std::vector<DataPathEntry> data_path;
   std::string split;                    // Megatron's "a,b,c"; empty = whole dataset trains
   DataOrder data_order = DataOrder::shuffled;  // SPEC 12 default
   Packing packing = Packing::concat;    // SPEC 2 default

@@ -493,6 +493,23 @@ void print_plan(std::ostream& out, const Plan& plan) {
     row("L = " + grouped(entry.seq_length), grouped(entry.causal_pairs));
   }
 
+  out << "\nData (SPEC 2; docs/DATA.md)\n";
+  const auto& data_path = config.data.data_path;
+  if (data_path.empty()) {
+    row("dataset", "the embedded default corpus");
+  } else if (data_path.size() == 1) {
+    row("dataset", data_path.front().prefix);
+  } else {
+    const bool weighted = data_path.front().weight.has_value();
+    row("blend of " + grouped(static_cast<std::int64_t>(data_path.size())) + " datasets",
+        weighted ? "weights given, normalized; sample i from the dataset furthest behind its share"
+                 : "weighted by each dataset's samples per epoch (fixed when they open)");
+    for (const auto& entry : data_path) {
+      row(weighted ? "  weight " + general(*entry.weight) : "  dataset", entry.prefix);
+    }
+  }
+  row("split", config.data.split.empty() ? "all documents train" : config.data.split);
+
   out << "\nTraining length (SPEC 2, 11)\n";
   row("updates", grouped(plan.total_updates));
   row("samples", grouped(plan.total_samples));

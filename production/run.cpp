@@ -35,11 +35,11 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                                    std::ostream& out, const RankSetup& ranks) {
   // Rank 0 builds the embedded corpus (when it is used) before the others look for it.
   const bool lead = ranks.rank == 0;
-  std::string data_prefix;
-  if (lead) data_prefix = data::resolve_dataset_prefix(config, options.data_cache);
+  std::vector<DataPathEntry> data_path;
+  if (lead) data_path = data::resolve_data_path(config, options.data_cache);
   ranks.barrier();
-  if (!lead) data_prefix = data::resolve_dataset_prefix(config, options.data_cache);
-  const auto source = data::open_training_samples_at(data_prefix, config);
+  if (!lead) data_path = data::resolve_data_path(config, options.data_cache);
+  const auto source = data::open_training_samples_at(data_path, config);
   ProductionOptions production;
   production.device = choose_device(options.device);
   production.device_index = production.device == Device::cuda ? ranks.local_rank : 0;
@@ -86,7 +86,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                                   : "replicated"},
           {"shard_elements", trainer.shards().shard_elements}}}};
     log.write(header_record(identity, config, trainer.layout(),
-                            config.data.data_path.empty() ? "embedded default corpus" : data_prefix,
+                            data::data_description(*source, config, config.data.data_path.empty()),
                             resumed_iteration, extra));
   }
   if (options.audit_params > 0) {
@@ -104,7 +104,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
         << trainer.collectives().description() << "; "
         << (trainer.distributed_optimizer() ? "distributed" : "replicated") << " optimizer)";
   }
-  out << "\n";
+  out << "\ndata: " << source->summary() << "\n";
 
   IterationDriver driver;
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };

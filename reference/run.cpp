@@ -14,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checkpoint/checkpoint.hpp"
-#include "core/data/jsonl_builder.hpp"
 #include "core/data/packing.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/audit_selection.hpp"
@@ -33,7 +32,8 @@ std::string default_cache_directory() {
 
 template <class Real>
 RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std::ostream& out) {
-  const auto samples = open_training_samples(config, options);
+  const auto data = open_training_data(config, options);
+  const auto samples = [data](std::int64_t index) { return data->sample(index); };
   TestSwitches switches;
   switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
   switches.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
@@ -70,11 +70,11 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
   JsonlLog log;
   if (!log_path.empty()) {
     log = JsonlLog(log_path, resumed_iteration > 0);
-    std::string prefix = config.data.data_path.empty() ? "embedded default corpus"
-                                                       : config.data.data_path;
     const HeaderIdentity identity{"reference", "cpu", "", options.reference_precision,
                                   options.reference_precision};
-    log.write(header_record(identity, config, trainer.layout(), prefix, resumed_iteration));
+    log.write(header_record(identity, config, trainer.layout(),
+                            data::data_description(*data, config, config.data.data_path.empty()),
+                            resumed_iteration));
   }
   if (options.audit_params > 0) {
     trainer.set_audit_elements(
@@ -85,7 +85,8 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
   out << "reference trainer (" << options.reference_precision << ", cpu): "
       << trainer.layout().total_elements << " parameters, " << total_iterations
       << " iterations of " << config.batch.global_batch_size << " samples x "
-      << config.model.seq_length << " tokens\n";
+      << config.model.seq_length << " tokens\n"
+      << "data: " << data->summary() << "\n";
 
   IterationDriver driver;
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };
@@ -96,16 +97,16 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
 
 }  // namespace
 
+std::shared_ptr<const data::TrainingSamples> open_training_data(const RunConfig& config,
+                                                                const TrainOptions& options) {
+  const std::string directory =
+      options.data_cache.empty() ? default_cache_directory() : options.data_cache;
+  return data::open_training_samples(config, directory);
+}
+
 std::function<Sample(std::int64_t)> open_training_samples(const RunConfig& config,
                                                           const TrainOptions& options) {
-  std::string prefix = config.data.data_path;
-  if (prefix.empty()) {
-    const std::string directory =
-        options.data_cache.empty() ? default_cache_directory() : options.data_cache;
-    prefix = data::build_default_corpus_dataset(directory);
-  }
-  auto dataset = std::make_shared<const data::IndexedDataset>(data::IndexedDataset::open(prefix));
-  auto source = std::make_shared<const data::SampleSource>(dataset, data::sample_source_config(config));
+  auto source = open_training_data(config, options);
   return [source](std::int64_t index) { return source->sample(index); };
 }
 

@@ -4,9 +4,11 @@
 
 #include <functional>
 #include <iosfwd>
+#include <memory>
 
 #include "core/config.hpp"
 #include "core/data/sample.hpp"
+#include "core/data/training_data.hpp"
 #include "core/train/run_support.hpp"
 #include "core/train/train_options.hpp"
 
@@ -14,7 +16,11 @@ namespace tandem::reference {
 
 using tandem::RunSummary;  // what a finished run reports (core/train/run_support.hpp)
 
-// Opens the run's data: --data-path, or the embedded corpus built under options.data_cache.
+// Opens the run's data: --data-path (one dataset or a blend), or the embedded corpus built
+// under options.data_cache ($TMPDIR/tandem-default-corpus when empty).
+std::shared_ptr<const data::TrainingSamples> open_training_data(const RunConfig& config,
+                                                                const TrainOptions& options);
+// The same as the trainer reads it: blend sample i.
 std::function<Sample(std::int64_t)> open_training_samples(const RunConfig& config,
                                                           const TrainOptions& options);
 

@@ -362,14 +362,15 @@ TEST(TrainingData, WithoutDataPathTheEmbeddedCorpusTrains) {
   const std::string directory = ::mkdtemp(pattern.data());
   RunConfig run;  // data_path empty: the embedded corpus; seq_length 32; shuffled, concat
   const auto samples = open_training_samples(run, directory);
-  EXPECT_EQ(samples->config().seq_length, run.model.seq_length);
-  EXPECT_GT(samples->samples_per_epoch(), 1000);
+  ASSERT_EQ(samples->datasets().size(), 1u);
+  EXPECT_EQ(samples->datasets().front().samples->config().seq_length, run.model.seq_length);
+  EXPECT_GT(samples->datasets().front().samples->samples_per_epoch(), 1000);
   const Sample s = samples->sample(5);
   EXPECT_EQ(static_cast<std::int64_t>(s.tokens.size()), run.model.seq_length);
   EXPECT_EQ(s.input_tokens, run.model.seq_length);
   EXPECT_GT(s.loss_tokens, 0);
   // --data-path names the same files: the same samples.
-  run.data.data_path = directory + "/default_corpus";
+  run.data.data_path = {{directory + "/default_corpus", {}}};
   const auto named = open_training_samples(run);
   EXPECT_EQ(named->window_tokens(5), samples->window_tokens(5));
   fs::remove_all(directory);

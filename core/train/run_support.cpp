@@ -13,7 +13,7 @@
 namespace tandem {
 
 nlohmann::json header_record(const HeaderIdentity& identity, const RunConfig& config,
-                             const ModelLayout& layout, const std::string& data_prefix,
+                             const ModelLayout& layout, const nlohmann::json& data,
                              std::int64_t resumed_iteration, const nlohmann::json& extra) {
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& tensor : layout.tensors) {
@@ -29,8 +29,7 @@ nlohmann::json header_record(const HeaderIdentity& identity, const RunConfig& co
       {"main_precision", identity.main_precision},
       {"compute_precision", identity.compute_precision},
       {"config", config},
-      {"data", {{"prefix", data_prefix},
-                {"split", config.data.split.empty() ? "all documents train" : config.data.split}}},
+      {"data", data},
       {"parameter_groups",
        {{"decay", {{"elements", layout.elements_in(DecayGroup::decay)},
                    {"weight_decay", config.schedule.weight_decay}}},

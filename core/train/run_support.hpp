@@ -25,11 +25,12 @@ struct HeaderIdentity {
   std::string compute_precision;  // "double" | "float50" | "fp32" | "bf16"
 };
 
-// The {"type":"header", ...} record: identity, the validated configuration, the data, the
+// The {"type":"header", ...} record: identity, the validated configuration, the data (as
+// data::data_description writes it: the prefix or the blend, and the split), the
 // parameter groups (SPEC 7), every tensor, the resume point and the build. `extra` members
 // (an object) are added as they are.
 nlohmann::json header_record(const HeaderIdentity& identity, const RunConfig& config,
-                             const ModelLayout& layout, const std::string& data_prefix,
+                             const ModelLayout& layout, const nlohmann::json& data,
                              std::int64_t resumed_iteration,
                              const nlohmann::json& extra = nlohmann::json::object());
 
