@@ -25,6 +25,7 @@
 
 #include "production/backend.hpp"
 #include "production/cuda/device.hpp"
+#include "production/trainer.hpp"
 
 namespace tandem::production {
 namespace {
@@ -752,6 +753,20 @@ TEST_P(CudaOps, SquaredNormExactOnDyadicValuesAndDeterministic) {
   gpu_->squared_norm({d_values.data(), d_sums.data(), count, block_elements});
   Verdict verdict = compare_bits("squared_norm", as_bytes(host_sums), as_bytes(d_sums.download()), 8);
   EXPECT_TRUE(verdict.ok) << verdict.report;
+  // The scalar path (a base 4 bytes past 16-byte alignment, block_elements not a multiple of 4)
+  // and the float4 path with the shared-memory staging on blocks of kNormBlockElements: exact too.
+  for (const auto& [skip, elements] : {std::pair<std::int64_t, std::int64_t>{1, block_elements},
+                                       std::pair<std::int64_t, std::int64_t>{0, 1023},
+                                       std::pair<std::int64_t, std::int64_t>{0, kNormBlockElements}}) {
+    const std::int64_t part = count - skip;
+    std::vector<double> part_host(static_cast<std::size_t>(squared_norm_blocks(part, elements)));
+    squared_norm_host({values.data() + skip, part_host.data(), part, elements});
+    Buffer<double> part_sums(*gpu_, static_cast<std::int64_t>(part_host.size()));
+    gpu_->squared_norm({d_values.data() + skip, part_sums.data(), part, elements});
+    verdict = compare_bits("squared_norm skip " + std::to_string(skip) + " block " + std::to_string(elements),
+                           as_bytes(part_host), as_bytes(part_sums.download()), 8);
+    EXPECT_TRUE(verdict.ok) << verdict.report;
+  }
   // Non-dyadic values: run to run the same bits.
   const std::vector<float> noisy = uniform(generator, count, -3.0f, 3.0f);
   d_values.upload(noisy);
