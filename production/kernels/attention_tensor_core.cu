@@ -8,7 +8,9 @@
 // keys, rows of [64, hd + 8] bf16 in shared memory (the 16-byte pad keeps ldmatrix free of bank
 // conflicts). Each warp owns 16 rows of its block's tile; an m16n8 accumulator holds, per thread,
 // rows lane/4 and lane/4 + 8 and columns 2 (lane % 4) + {0, 1} of an 8-column slice.
-//   forward: one block per (query tile, head, sample). The key tiles run from the one holding the
+//   forward: one block per (query tile, head, sample), the last query tiles (the most key tiles)
+//     first in each row of the grid, as in the dQ kernel (in the dK/dV kernel the first key tiles
+//     carry the most work and come first anyway). The key tiles run from the one holding the
 //     tile's earliest attention_start to the diagonal, so fully masked tiles cost nothing and the
 //     work follows the sum of squared document lengths; inside a tile each (t, s) checks
 //     attention_start[t] <= s <= t. S = Q K^T on tensor cores, z = S * scale in fp32, online
@@ -19,7 +21,8 @@
 //     dK and dV by one block per (key tile, group, sample), each warp 16 keys, iterating over the
 //     group's heads in increasing order, then over query tiles in increasing order; dQ by one block
 //     per (query tile, head, sample) iterating over key tiles in increasing order. Both recompute
-//     z with the forward's operations and p = exp(z - lse) in fp32; dz = p (dp - D) in fp32.
+//     z = S * scale (the dK/dV kernel as S^T = K Q^T, whose fp32 sums may differ from the
+//     forward's in the last bits) and p = exp(z - lse) in fp32; dz = p (dp - D) in fp32.
 //     ROUNDED TO BF16: p before dV += P^T dctx, dz before dQ += dZ K and dK += dZ^T Q. dQ and dK are
 //     multiplied by scale once, in fp32, after their sums.
 // The host twin (attention_host.cpp) rounds at exactly these points, with the same 64-key tiles
@@ -214,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Bf16* query, co
   std::uint16_t* v_tile = k_tile + kKeys * kPitch;  // [kKeys, kPitch]
   __shared__ int starts[kRows];
   __shared__ int earliest;
-  const std::int64_t q0 = static_cast<std::int64_t>(blockIdx.x) * kRows;
+  const std::int64_t q0 = static_cast<std::int64_t>(gridDim.x - 1 - blockIdx.x) * kRows;  // longest first
   const int head = blockIdx.y;
   const int sample = blockIdx.z;
   const int group = head / g.heads_per_group;  // SPEC 4: repeat_kv
@@ -487,7 +490,7 @@ __global__ void __launch_bounds__(kThreads) query_grad_kernel(
   __shared__ int earliest;
   __shared__ float lse_tile[kRows];
   __shared__ float dot_tile[kRows];
-  const std::int64_t q0 = static_cast<std::int64_t>(blockIdx.x) * kRows;
+  const std::int64_t q0 = static_cast<std::int64_t>(gridDim.x - 1 - blockIdx.x) * kRows;  // longest first
   const int head = blockIdx.y;
   const int sample = blockIdx.z;
   const int group = head / g.heads_per_group;
