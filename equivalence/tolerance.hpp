@@ -50,8 +50,9 @@ struct ReductionShape {
                                     // gradient element (tests/reference_trainer_test.cpp)
   std::int64_t samples = 0;         // GBS: per-sample parts of a gradient may cancel
   std::int64_t elements = 0;        // P: unique parameter elements, the norm's sum length
-  std::int64_t forward_depth = 0;   // compute-typed stores along the longest forward+backward
-                                    // path: 2 x (ops per block x L + 3)
+  std::int64_t forward_depth = 0;   // compute-typed roundings along the longest forward+backward
+                                    // path: 2 x (15 L + 3) (stores, and bf16 attention's one
+                                    // in-op rounding per block)
 };
 ReductionShape reduction_shape(const RunConfig& config);
 

@@ -25,6 +25,7 @@
 
 #include "production/backend.hpp"
 #include "production/cuda/device.hpp"
+#include "production/trainer.hpp"
 
 namespace tandem::production {
 namespace {
@@ -465,161 +466,227 @@ TEST_P(CudaOps, CrossEntropyWithinTheBoundAndMaskedRowsExactlyZero) {
   }
 }
 
-// Attention on a packed sample (documents of 5, 40 and 19 positions) plus a sample that is one
-// document, GQA with 2 heads per group.
-TEST_P(CudaOps, AttentionWithinTheBoundAndItsBackwardDeterministic) {
-  std::mt19937 generator(kSeed);
-  AttentionShape shape{2, 64, 4, 2, 16};
-  const std::int64_t rows = shape.samples * shape.seq;
-  const std::int64_t q_width = shape.heads * shape.head_dim, kv_width = shape.groups * shape.head_dim;
-  std::vector<std::int32_t> starts(static_cast<std::size_t>(rows));
-  for (std::int64_t t = 0; t < shape.seq; ++t) {
-    starts[static_cast<std::size_t>(t)] = t < 5 ? 0 : (t < 45 ? 5 : 45);
-    starts[static_cast<std::size_t>(shape.seq + t)] = 0;
-  }
-  const HostArray query(dtype(), uniform(generator, rows * q_width, -1.0f, 1.0f));
-  const HostArray key(dtype(), uniform(generator, rows * kv_width, -1.0f, 1.0f));
-  const HostArray value(dtype(), uniform(generator, rows * kv_width, -1.0f, 1.0f));
-  const HostArray context_grad(dtype(), uniform(generator, rows * q_width, -1.0f, 1.0f));
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
+// Attention cases: packed samples (several documents, including one of a single position), GQA,
+// head dims 16, 20 (padded, scalar loads on the bf16 path), 64 and 128, sequences that are not a
+// multiple of the 64-row tiles. bf16 runs the tensor-core kernels, fp32 the CUDA-core ones.
+struct AttentionCase {
+  std::string name;
+  AttentionShape shape;
+  std::vector<std::int64_t> documents;  // lengths of sample 0's documents (sum = seq); the others are one document
+};
 
-  HostArray host_context(dtype(), rows * q_width);
-  std::vector<float> host_lse(static_cast<std::size_t>(rows * shape.heads));
-  attention_forward_host({query.data(), key.data(), value.data(), starts.data(), host_context.data(), host_lse.data(), shape, scale, dtype()});
-  HostArray host_dq(dtype(), rows * q_width), host_dk(dtype(), rows * kv_width), host_dv(dtype(), rows * kv_width);
-  attention_backward_host({query.data(), key.data(), value.data(), host_context.data(), host_lse.data(), context_grad.data(),
-                           starts.data(), host_dq.data(), host_dk.data(), host_dv.data(), shape, scale, dtype()});
+const std::vector<AttentionCase>& attention_cases() {
+  static const std::vector<AttentionCase> cases = {
+      {"hd16 S2 seq64 H4 G2 docs 5/40/19", {2, 64, 4, 2, 16}, {5, 40, 19}},
+      {"hd20 S1 seq80 H2 G1 docs 30/50", {1, 80, 2, 1, 20}, {30, 50}},
+      {"hd64 S2 seq200 H4 G2 docs 37/100/63", {2, 200, 4, 2, 64}, {37, 100, 63}},
+      {"hd128 S1 seq150 H4 G1 docs 1/70/79", {1, 150, 4, 1, 128}, {1, 70, 79}},
+      {"hd128 S1 seq130 H2 G2 one doc", {1, 130, 2, 2, 128}, {130}},
+  };
+  return cases;
+}
 
-  auto d_query = upload(query), d_key = upload(key), d_value = upload(value), d_context_grad = upload(context_grad);
-  auto d_starts = upload(starts);
-  Buffer<std::uint8_t> d_context(*gpu_, rows * q_width * dtype_bytes(dtype()));
-  Buffer<float> d_lse(*gpu_, rows * shape.heads);
-  gpu_->attention_forward({d_query.data(), d_key.data(), d_value.data(), d_starts.data(), d_context.data(), d_lse.data(), shape, scale, dtype()});
-  // The backward runs on the host's forward outputs, so it is compared alone.
-  auto d_host_context = upload(host_context);
-  auto d_host_lse = upload(host_lse);
-  std::vector<std::vector<std::uint8_t>> dq_runs, dk_runs, dv_runs;
-  for (int run = 0; run < 2; ++run) {
-    Buffer<std::uint8_t> dq(*gpu_, rows * q_width * dtype_bytes(dtype())), dk(*gpu_, rows * kv_width * dtype_bytes(dtype())),
-        dv(*gpu_, rows * kv_width * dtype_bytes(dtype()));
-    gpu_->attention_backward({d_query.data(), d_key.data(), d_value.data(), d_host_context.data(), d_host_lse.data(),
-                              d_context_grad.data(), d_starts.data(), dq.data(), dk.data(), dv.data(), shape, scale, dtype()});
-    dq_runs.push_back(dq.download());
-    dk_runs.push_back(dk.download());
-    dv_runs.push_back(dv.download());
-  }
-  // Bounds per element from the magnitudes of what is summed, recomputed here in double:
-  //   z_ts = scale q_t . k_s: both twins' dot products of hd terms are within gamma_{hd+1} of
-  //     scale sum |q k|, so they differ by e_z = 2 (hd + 1) u scale sum_i |q_ti k_si|;
-  //   p_ts (backward: from the host's own logsumexp): relative difference
-  //     rho_ts = e_z + 2u |z - lse| + 6u (the argument's rounding; two expf within 4u and 2u);
-  //   forward context_t = sum_s p v / sum_s p: each p within rho (z differs by e_z on both the
-  //     score and the max), the normalizer's sums within 2 gamma_n, the online rescaling's
-  //     n/32 corrections within 4u each, the context sums within 2 gamma_n:
-  //     |difference| <= (2 max_s rho + (5n + 32) u) sum_s p |v|;
-  //   dz_ts = p (dp - D) with dp, D dot products of hd terms:
-  //     e_dz = p (rho |dp - D| + 2 (hd + 2) u (sum |dctx v| + sum |dctx ctx|)) + 8u |dz|;
-  //   dq = scale sum_s dz k, dk = scale sum dz q, dv = sum p dctx over N terms:
-  //     the terms' errors plus 2 (N + 2) u times the sum of |terms|.
-  const std::int64_t hd = shape.head_dim, hpg = shape.heads / shape.groups;
-  const std::vector<float> qv = query.values(), kv = key.values(), vv = value.values(), dctx = context_grad.values();
-  const std::vector<float> context = host_context.values();
-  std::vector<double> context_bound(context.size(), 0.0), dq_bound(context.size(), 0.0);
-  std::vector<double> dk_bound(static_cast<std::size_t>(rows * kv_width), 0.0), dv_bound(dk_bound.size(), 0.0);
-  std::vector<double> dq_terms(dq_bound.size(), 0.0), dk_terms(dk_bound.size(), 0.0), dv_terms(dv_bound.size(), 0.0);
-  std::vector<double> context_terms(context.size(), 0.0), context_rho(context.size(), 0.0);
-  const double ds = static_cast<double>(scale);
-  for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
-    for (std::int64_t head = 0; head < shape.heads; ++head) {
-      const std::int64_t group = head / hpg;
-      for (std::int64_t t = 0; t < shape.seq; ++t) {
-        const std::int64_t row = sample * shape.seq + t;
-        const std::int64_t first = starts[static_cast<std::size_t>(row)];
-        const std::size_t q_at = static_cast<std::size_t>(row * q_width + head * hd);
-        const double lse = host_lse[static_cast<std::size_t>(row * shape.heads + head)];
-        double dot_magnitude = 0, expected_grad = 0;
-        for (std::int64_t i = 0; i < hd; ++i) {
-          dot_magnitude += std::fabs(static_cast<double>(dctx[q_at + i]) * context[q_at + i]);
-          expected_grad += static_cast<double>(dctx[q_at + i]) * context[q_at + i];
-        }
-        double max_rho = 0;
-        const double n = static_cast<double>(t - first + 1);
-        for (std::int64_t s = first; s <= t; ++s) {
-          const std::size_t k_at = static_cast<std::size_t>((sample * shape.seq + s) * kv_width + group * hd);
-          double z = 0, z_magnitude = 0, dp = 0, dp_magnitude = 0;
+TEST_P(CudaOps, AttentionWithinTheBoundAndDeterministic) {
+  for (const AttentionCase& attention_case : attention_cases()) {
+    SCOPED_TRACE(attention_case.name);
+    std::mt19937 generator(kSeed);
+    const AttentionShape shape = attention_case.shape;
+    const std::int64_t rows = shape.samples * shape.seq;
+    const std::int64_t q_width = shape.heads * shape.head_dim, kv_width = shape.groups * shape.head_dim;
+    std::vector<std::int32_t> starts(static_cast<std::size_t>(rows), 0);
+    std::int64_t document_start = 0;
+    for (const std::int64_t length : attention_case.documents) {
+      for (std::int64_t t = document_start; t < document_start + length; ++t) {
+        starts[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(document_start);
+      }
+      document_start += length;
+    }
+    ASSERT_EQ(document_start, shape.seq) << "the documents must fill sample 0";
+    const HostArray query(dtype(), uniform(generator, rows * q_width, -1.0f, 1.0f));
+    const HostArray key(dtype(), uniform(generator, rows * kv_width, -1.0f, 1.0f));
+    const HostArray value(dtype(), uniform(generator, rows * kv_width, -1.0f, 1.0f));
+    const HostArray context_grad(dtype(), uniform(generator, rows * q_width, -1.0f, 1.0f));
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
+
+    HostArray host_context(dtype(), rows * q_width);
+    std::vector<float> host_lse(static_cast<std::size_t>(rows * shape.heads));
+    attention_forward_host({query.data(), key.data(), value.data(), starts.data(), host_context.data(), host_lse.data(), shape, scale, dtype()});
+    HostArray host_dq(dtype(), rows * q_width), host_dk(dtype(), rows * kv_width), host_dv(dtype(), rows * kv_width);
+    attention_backward_host({query.data(), key.data(), value.data(), host_context.data(), host_lse.data(), context_grad.data(),
+                             starts.data(), host_dq.data(), host_dk.data(), host_dv.data(), shape, scale, dtype()});
+
+    auto d_query = upload(query), d_key = upload(key), d_value = upload(value), d_context_grad = upload(context_grad);
+    auto d_starts = upload(starts);
+    std::vector<std::vector<std::uint8_t>> context_runs, lse_runs;
+    for (int run = 0; run < 2; ++run) {
+      Buffer<std::uint8_t> d_context(*gpu_, rows * q_width * dtype_bytes(dtype()));
+      Buffer<float> d_lse(*gpu_, rows * shape.heads);
+      gpu_->attention_forward({d_query.data(), d_key.data(), d_value.data(), d_starts.data(), d_context.data(), d_lse.data(), shape, scale, dtype()});
+      context_runs.push_back(d_context.download());
+      lse_runs.push_back(as_bytes(d_lse.download()));
+    }
+    // The backward runs on the host's forward outputs, so it is compared alone.
+    auto d_host_context = upload(host_context);
+    auto d_host_lse = upload(host_lse);
+    std::vector<std::vector<std::uint8_t>> dq_runs, dk_runs, dv_runs;
+    for (int run = 0; run < 2; ++run) {
+      Buffer<std::uint8_t> dq(*gpu_, rows * q_width * dtype_bytes(dtype())), dk(*gpu_, rows * kv_width * dtype_bytes(dtype())),
+          dv(*gpu_, rows * kv_width * dtype_bytes(dtype()));
+      gpu_->attention_backward({d_query.data(), d_key.data(), d_value.data(), d_host_context.data(), d_host_lse.data(),
+                                d_context_grad.data(), d_starts.data(), dq.data(), dk.data(), dv.data(), shape, scale, dtype()});
+      dq_runs.push_back(dq.download());
+      dk_runs.push_back(dk.download());
+      dv_runs.push_back(dv.download());
+    }
+    // Bounds per element from the magnitudes of what is summed, recomputed here in double.
+    // sum_units: u's per term of a sum, both twins together. The host's fp32 sums are within
+    //   gamma_n(u); the fp32 CUDA kernels' too (2 u together). The bf16 kernels sum on tensor cores:
+    //   products of bf16 are exact in fp32, but the hardware's additions inside an mma are neither
+    //   documented nor round-to-nearest (Fasi et al. 2021 measured truncated alignment and
+    //   round-toward-zero on V100..A100), so the kernel side is held to 4 u a term (two ulps of
+    //   truncation): 1 + 4 = 5 u together.
+    //   z_ts = scale q_t . k_s: the twins differ by e_z = sum_units (hd + 1) u scale sum_i |q_ti k_si|;
+    //   p_ts (backward: from the host's own logsumexp): relative difference
+    //     rho_ts = e_z + 2u |z - lse| + 6u (the argument's rounding; two expf within 4u and 2u);
+    //   forward context_t = sum_s p v / sum_s p: each p within rho (z differs by e_z on both the
+    //     score and the max), the normalizer's sums within 2 gamma_n, the online rescaling's
+    //     corrections within 4u each, the context sums within sum_units n u:
+    //     |difference| <= (2 max_s rho + (5n + 32) u + (sum_units - 2) n u) sum_s p |v|;
+    //   bf16 rounds p~ (and in the backward p and dz) in both twins at the same points
+    //     (attention.hpp): values a and b within rho of each other round to values within
+    //     |a - b| + u_bf16 (|a| + |b|) <= (rho + u_bf16 (2 + rho)) |a|, so a rounded factor's error
+    //     grows by u_bf16 (2 |x| + its error), and a sum of rounded terms by (1 + u_bf16);
+    //   dz_ts = p (dp - D) with dp, D dot products of hd terms:
+    //     e_dz = p (rho |dp - D| + sum_units (hd + 2) u (sum |dctx v| + sum |dctx ctx|)) + 8u |dz|;
+    //   dq = scale sum_s dz k, dk = scale sum dz q, dv = sum p dctx over N terms:
+    //     the terms' errors plus sum_units (N + 2) u times the sum of |terms|.
+    const bool rounded = dtype() == DType::bf16;
+    const double sum_units = rounded ? 5.0 : 2.0;
+    const double rounded_growth = rounded ? 1.0 + kUBf16 : 1.0;
+    const auto rounding_error = [&](double magnitude, double error) {  // a rounded factor's error
+      return rounded ? error + kUBf16 * (2.0 * magnitude + error) : error;
+    };
+    const std::int64_t hd = shape.head_dim, hpg = shape.heads / shape.groups;
+    const std::vector<float> qv = query.values(), kv = key.values(), vv = value.values(), dctx = context_grad.values();
+    const std::vector<float> context = host_context.values();
+    std::vector<double> context_bound(context.size(), 0.0), dq_bound(context.size(), 0.0);
+    std::vector<double> dk_bound(static_cast<std::size_t>(rows * kv_width), 0.0), dv_bound(dk_bound.size(), 0.0);
+    std::vector<double> dq_terms(dq_bound.size(), 0.0), dk_terms(dk_bound.size(), 0.0), dv_terms(dv_bound.size(), 0.0);
+    std::vector<double> context_terms(context.size(), 0.0), context_rho(context.size(), 0.0);
+    std::vector<double> context_rounding(context.size(), 0.0);
+    const double ds = static_cast<double>(scale);
+    for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
+      for (std::int64_t head = 0; head < shape.heads; ++head) {
+        const std::int64_t group = head / hpg;
+        for (std::int64_t t = 0; t < shape.seq; ++t) {
+          const std::int64_t row = sample * shape.seq + t;
+          const std::int64_t first = starts[static_cast<std::size_t>(row)];
+          const std::size_t q_at = static_cast<std::size_t>(row * q_width + head * hd);
+          const double lse = host_lse[static_cast<std::size_t>(row * shape.heads + head)];
+          double dot_magnitude = 0, expected_grad = 0;
           for (std::int64_t i = 0; i < hd; ++i) {
-            z += static_cast<double>(qv[q_at + i]) * kv[k_at + i];
-            z_magnitude += std::fabs(static_cast<double>(qv[q_at + i]) * kv[k_at + i]);
-            dp += static_cast<double>(dctx[q_at + i]) * vv[k_at + i];
-            dp_magnitude += std::fabs(static_cast<double>(dctx[q_at + i]) * vv[k_at + i]);
+            dot_magnitude += std::fabs(static_cast<double>(dctx[q_at + i]) * context[q_at + i]);
+            expected_grad += static_cast<double>(dctx[q_at + i]) * context[q_at + i];
           }
-          z *= ds;
-          const double p = std::exp(z - lse);
-          const double rho = 2.0 * static_cast<double>(hd + 1) * kU * ds * z_magnitude + 2.0 * kU * std::fabs(z - lse) + 6.0 * kU;
-          max_rho = std::max(max_rho, rho);
-          const double dz = p * (dp - expected_grad);
-          const double dz_error = p * (rho * std::fabs(dp - expected_grad) + 2.0 * static_cast<double>(hd + 2) * kU * (dp_magnitude + dot_magnitude)) +
-                                  8.0 * kU * std::fabs(dz);
+          double max_rho = 0;
+          const double n = static_cast<double>(t - first + 1);
+          for (std::int64_t s = first; s <= t; ++s) {
+            const std::size_t k_at = static_cast<std::size_t>((sample * shape.seq + s) * kv_width + group * hd);
+            double z = 0, z_magnitude = 0, dp = 0, dp_magnitude = 0;
+            for (std::int64_t i = 0; i < hd; ++i) {
+              z += static_cast<double>(qv[q_at + i]) * kv[k_at + i];
+              z_magnitude += std::fabs(static_cast<double>(qv[q_at + i]) * kv[k_at + i]);
+              dp += static_cast<double>(dctx[q_at + i]) * vv[k_at + i];
+              dp_magnitude += std::fabs(static_cast<double>(dctx[q_at + i]) * vv[k_at + i]);
+            }
+            z *= ds;
+            const double p = std::exp(z - lse);
+            const double rho = sum_units * static_cast<double>(hd + 1) * kU * ds * z_magnitude + 2.0 * kU * std::fabs(z - lse) + 6.0 * kU;
+            max_rho = std::max(max_rho, rho);
+            const double dz = p * (dp - expected_grad);
+            const double dz_error = rounding_error(
+                std::fabs(dz), p * (rho * std::fabs(dp - expected_grad) + sum_units * static_cast<double>(hd + 2) * kU * (dp_magnitude + dot_magnitude)) +
+                                   8.0 * kU * std::fabs(dz));
+            const double p_error = rounding_error(p, rho * p);
+            for (std::int64_t i = 0; i < hd; ++i) {
+              const std::size_t qi = q_at + static_cast<std::size_t>(i), ki = k_at + static_cast<std::size_t>(i);
+              context_terms[qi] += p * std::fabs(vv[ki]);
+              dq_bound[qi] += ds * dz_error * std::fabs(kv[ki]);
+              dq_terms[qi] += rounded_growth * ds * std::fabs(dz * kv[ki]);
+              dk_bound[ki] += ds * dz_error * std::fabs(qv[qi]);
+              dk_terms[ki] += rounded_growth * ds * std::fabs(dz * qv[qi]);
+              dv_bound[ki] += p_error * std::fabs(dctx[qi]);
+              dv_terms[ki] += rounded_growth * p * std::fabs(dctx[qi]);
+            }
+          }
           for (std::int64_t i = 0; i < hd; ++i) {
-            const std::size_t qi = q_at + static_cast<std::size_t>(i), ki = k_at + static_cast<std::size_t>(i);
-            context_terms[qi] += p * std::fabs(vv[ki]);
-            dq_bound[qi] += ds * dz_error * std::fabs(kv[ki]);
-            dq_terms[qi] += ds * std::fabs(dz * kv[ki]);
-            dk_bound[ki] += ds * dz_error * std::fabs(qv[qi]);
-            dk_terms[ki] += ds * std::fabs(dz * qv[qi]);
-            dv_bound[ki] += rho * p * std::fabs(dctx[qi]);
-            dv_terms[ki] += p * std::fabs(dctx[qi]);
+            context_rho[q_at + static_cast<std::size_t>(i)] = 2.0 * max_rho + (5.0 * n + 32.0) * kU + (sum_units - 2.0) * n * kU;
+            context_rounding[q_at + static_cast<std::size_t>(i)] = rounded ? kUBf16 * (2.0 + 2.0 * max_rho) : 0.0;
+            dq_bound[q_at + static_cast<std::size_t>(i)] += sum_units * (n + 2.0) * kU * dq_terms[q_at + static_cast<std::size_t>(i)];
           }
-        }
-        for (std::int64_t i = 0; i < hd; ++i) {
-          context_rho[q_at + static_cast<std::size_t>(i)] = 2.0 * max_rho + (5.0 * n + 32.0) * kU;
-          dq_bound[q_at + static_cast<std::size_t>(i)] += 2.0 * (n + 2.0) * kU * dq_terms[q_at + static_cast<std::size_t>(i)];
         }
       }
     }
-  }
-  const double key_terms = static_cast<double>(shape.seq * hpg);  // terms of a dk or dv sum, at most
-  for (std::size_t i = 0; i < context.size(); ++i) context_bound[i] = context_rho[i] * context_terms[i];
-  for (std::size_t i = 0; i < dk_bound.size(); ++i) {
-    dk_bound[i] += 2.0 * (key_terms + 2.0) * kU * dk_terms[i];
-    dv_bound[i] += 2.0 * (key_terms + 2.0) * kU * dv_terms[i];
-  }
-  const auto values_of = [&](const std::vector<std::uint8_t>& bytes) {
-    HostArray array;
-    array.dtype = dtype();
-    array.bytes = bytes;
-    return array.values();
-  };
-  Verdict verdict = compare_within("attention context", context, download(d_context, dtype()).values(),
-                                   [&](std::size_t i) { return context_bound[i] + store_slack(dtype(), context[i]); });
-  EXPECT_TRUE(verdict.ok) << verdict.report;
-  // logsumexp = max + log(sum p'): the max within e_z, the normalizer within the context's
-  // relative bound, logf within 3 ulp of |log sum| <= log(seq), the final add 2u |lse|.
-  verdict = compare_within("attention logsumexp", host_lse, d_lse.download(), [&](std::size_t i) {
-    const std::size_t row = i / static_cast<std::size_t>(shape.heads), head = i % static_cast<std::size_t>(shape.heads);
-    return context_rho[row * static_cast<std::size_t>(q_width) + head * static_cast<std::size_t>(hd)] +
-           6.0 * kU * std::log(static_cast<double>(shape.seq)) + 4.0 * kU * std::fabs(host_lse[i]);
-  });
-  EXPECT_TRUE(verdict.ok) << verdict.report;
-  const std::vector<float> dq = host_dq.values(), dk = host_dk.values(), dv = host_dv.values();
-  verdict = compare_within("attention query_grad", dq, values_of(dq_runs[0]),
-                           [&](std::size_t i) { return dq_bound[i] + store_slack(dtype(), dq[i]); });
-  EXPECT_TRUE(verdict.ok) << verdict.report;
-  verdict = compare_within("attention key_grad", dk, values_of(dk_runs[0]),
-                           [&](std::size_t i) { return dk_bound[i] + store_slack(dtype(), dk[i]); });
-  EXPECT_TRUE(verdict.ok) << verdict.report;
-  verdict = compare_within("attention value_grad", dv, values_of(dv_runs[0]),
-                           [&](std::size_t i) { return dv_bound[i] + store_slack(dtype(), dv[i]); });
-  EXPECT_TRUE(verdict.ok) << verdict.report;
-  for (const auto* runs : {&dq_runs, &dk_runs, &dv_runs}) {
-    verdict = compare_bits("attention backward run to run", (*runs)[0], (*runs)[1], 1);
+    const double key_terms = static_cast<double>(shape.seq * hpg);  // terms of a dk or dv sum, at most
+    for (std::size_t i = 0; i < context.size(); ++i) {
+      context_bound[i] = (context_rho[i] + context_rounding[i]) * rounded_growth * context_terms[i];
+    }
+    for (std::size_t i = 0; i < dk_bound.size(); ++i) {
+      dk_bound[i] += sum_units * (key_terms + 2.0) * kU * dk_terms[i];
+      dv_bound[i] += sum_units * (key_terms + 2.0) * kU * dv_terms[i];
+    }
+    const auto values_of = [&](const std::vector<std::uint8_t>& bytes) {
+      HostArray array;
+      array.dtype = dtype();
+      array.bytes = bytes;
+      return array.values();
+    };
+    Verdict verdict = compare_within("attention context", context, values_of(context_runs[0]),
+                                     [&](std::size_t i) { return context_bound[i] + store_slack(dtype(), context[i]); });
     EXPECT_TRUE(verdict.ok) << verdict.report;
+    // logsumexp = max + log(sum p'): the max within e_z, the normalizer within the context's
+    // relative bound before rounding (the normalizer sums unrounded p), logf within 3 ulp of
+    // |log sum| <= log(seq), the final add 2u |lse|.
+    std::vector<float> cuda_lse(host_lse.size());
+    std::memcpy(cuda_lse.data(), lse_runs[0].data(), lse_runs[0].size());
+    verdict = compare_within("attention logsumexp", host_lse, cuda_lse, [&](std::size_t i) {
+      const std::size_t row = i / static_cast<std::size_t>(shape.heads), head = i % static_cast<std::size_t>(shape.heads);
+      return context_rho[row * static_cast<std::size_t>(q_width) + head * static_cast<std::size_t>(hd)] +
+             6.0 * kU * std::log(static_cast<double>(shape.seq)) + 4.0 * kU * std::fabs(host_lse[i]);
+    });
+    EXPECT_TRUE(verdict.ok) << verdict.report;
+    const std::vector<float> dq = host_dq.values(), dk = host_dk.values(), dv = host_dv.values();
+    verdict = compare_within("attention query_grad", dq, values_of(dq_runs[0]),
+                             [&](std::size_t i) { return dq_bound[i] + store_slack(dtype(), dq[i]); });
+    EXPECT_TRUE(verdict.ok) << verdict.report;
+    verdict = compare_within("attention key_grad", dk, values_of(dk_runs[0]),
+                             [&](std::size_t i) { return dk_bound[i] + store_slack(dtype(), dk[i]); });
+    EXPECT_TRUE(verdict.ok) << verdict.report;
+    verdict = compare_within("attention value_grad", dv, values_of(dv_runs[0]),
+                             [&](std::size_t i) { return dv_bound[i] + store_slack(dtype(), dv[i]); });
+    EXPECT_TRUE(verdict.ok) << verdict.report;
+    // deterministic: the same launch twice gives the same bits.
+    for (const auto* runs : {&context_runs, &lse_runs, &dq_runs, &dk_runs, &dv_runs}) {
+      verdict = compare_bits("attention run to run", (*runs)[0], (*runs)[1], 1);
+      EXPECT_TRUE(verdict.ok) << verdict.report;
+    }
+    // Negative controls: a context shifted in one element by 10 times its bound is rejected, and
+    // so is the host twin's context computed with one document boundary moved (a mask error).
+    std::vector<float> shifted = context;
+    shifted[7] += static_cast<float>(10.0 * (context_bound[7] + store_slack(dtype(), context[7])));
+    EXPECT_FALSE(compare_within("control", context, shifted,
+                                [&](std::size_t i) { return context_bound[i] + store_slack(dtype(), context[i]); }).ok);
+    if (attention_case.documents.size() > 1) {
+      std::vector<std::int32_t> moved = starts;
+      const auto boundary = static_cast<std::size_t>(attention_case.documents[0]);
+      moved[boundary] = 0;  // the second document's first row also sees the first document
+      HostArray moved_context(dtype(), rows * q_width);
+      std::vector<float> moved_lse(host_lse.size());
+      attention_forward_host({query.data(), key.data(), value.data(), moved.data(), moved_context.data(), moved_lse.data(), shape, scale, dtype()});
+      EXPECT_FALSE(compare_within("mask control", context, moved_context.values(),
+                                  [&](std::size_t i) { return context_bound[i] + store_slack(dtype(), context[i]); }).ok);
+    }
   }
-  // Negative control: a context shifted in one element by 10 times its bound is rejected.
-  std::vector<float> shifted = context;
-  shifted[7] += static_cast<float>(10.0 * (context_bound[7] + store_slack(dtype(), context[7])));
-  EXPECT_FALSE(compare_within("control", context, shifted,
-                              [&](std::size_t i) { return context_bound[i] + store_slack(dtype(), context[i]); }).ok);
 }
 
 TEST_P(CudaOps, GemmWithinTheDotProductBoundForEveryTransposeAndBeta) {
@@ -686,6 +753,20 @@ TEST_P(CudaOps, SquaredNormExactOnDyadicValuesAndDeterministic) {
   gpu_->squared_norm({d_values.data(), d_sums.data(), count, block_elements});
   Verdict verdict = compare_bits("squared_norm", as_bytes(host_sums), as_bytes(d_sums.download()), 8);
   EXPECT_TRUE(verdict.ok) << verdict.report;
+  // The scalar path (a base 4 bytes past 16-byte alignment, block_elements not a multiple of 4)
+  // and the float4 path with the shared-memory staging on blocks of kNormBlockElements: exact too.
+  for (const auto& [skip, elements] : {std::pair<std::int64_t, std::int64_t>{1, block_elements},
+                                       std::pair<std::int64_t, std::int64_t>{0, 1023},
+                                       std::pair<std::int64_t, std::int64_t>{0, kNormBlockElements}}) {
+    const std::int64_t part = count - skip;
+    std::vector<double> part_host(static_cast<std::size_t>(squared_norm_blocks(part, elements)));
+    squared_norm_host({values.data() + skip, part_host.data(), part, elements});
+    Buffer<double> part_sums(*gpu_, static_cast<std::int64_t>(part_host.size()));
+    gpu_->squared_norm({d_values.data() + skip, part_sums.data(), part, elements});
+    verdict = compare_bits("squared_norm skip " + std::to_string(skip) + " block " + std::to_string(elements),
+                           as_bytes(part_host), as_bytes(part_sums.download()), 8);
+    EXPECT_TRUE(verdict.ok) << verdict.report;
+  }
   // Non-dyadic values: run to run the same bits.
   const std::vector<float> noisy = uniform(generator, count, -3.0f, 3.0f);
   d_values.upload(noisy);

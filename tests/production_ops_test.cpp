@@ -439,6 +439,76 @@ TEST(ProductionOps, DocumentMaskedGqaAttentionMatchesReference) {
   expect_within("attention value grad", dv, want_dv, bound_dv);
 }
 
+// bf16 attention rounds p~ = exp(z - m) to bf16 before context += p~ v, m the running max over the
+// 64-key tiles so far (attention.hpp), as the tensor-core twin does. Engineered scores: q = (1, 0),
+// k_s = (z_s, 0), scale 1, so z_s is exact; one value row is (1, 0) and the others zero, so the
+// context element is bf16(bf16(exp(z_s - m_tile)) exp(m_tile - max) / sum_r exp(z_r - max)),
+// computed here in double. d is chosen so that this differs, after the store, from the other
+// candidate semantics (no rounding; rounding relative to the final max) and so that each rounded
+// value lies at least 5% of a bf16 ulp from a tie: the twin's fp32 (a few 2^-24 relative) cannot
+// move it, and the comparison is exact.
+TEST(ProductionOps, Bf16AttentionRoundsProbabilitiesRelativeToTheRunningTileMax) {
+  const auto rounded = [](double x) { return static_cast<double>(round_to(DType::bf16, static_cast<float>(x))); };
+  const auto far_from_tie = [](double x) {
+    const double ulp = std::ldexp(1.0, std::ilogb(x) - 7);  // bf16 spacing at x > 0
+    const double fraction = x / ulp - std::floor(x / ulp);
+    return std::abs(fraction - 0.5) > 0.05;
+  };
+  struct Case {
+    std::string name;
+    std::int64_t seq;
+    std::int64_t key;                 // the key whose value row is (1, 0)
+    std::vector<double> other_scores; // z of every other key of the last row's span, in order
+    double tile_max;                  // the running max when `key` is rounded, given z_key = -d
+    double final_max;
+  };
+  // One tile: z = (0, -d), the last row's own key picked out.
+  // Two tiles: z_0 = -d, z_1 = 0 (tile 0's max), z_2..63 = -64, z_64 = 2 (the final max), z_65 = -64.
+  std::vector<double> two_tile_others = {0.0};
+  for (int s = 2; s < 64; ++s) two_tile_others.push_back(-64.0);
+  two_tile_others.push_back(2.0);
+  two_tile_others.push_back(-64.0);
+  const std::vector<Case> cases = {{"one tile", 2, 1, {0.0}, 0.0, 0.0}, {"two tiles", 66, 0, two_tile_others, 0.0, 2.0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    double d = 0, expected = 0;
+    for (int eighths = 1; eighths <= 120 && d == 0; ++eighths) {
+      const double candidate = eighths / 8.0;
+      double normalizer = std::exp(-candidate - c.final_max);
+      for (const double z : c.other_scores) normalizer += std::exp(z - c.final_max);
+      const double tile_probability = std::exp(-candidate - c.tile_max);
+      const double value = rounded(tile_probability) * std::exp(c.tile_max - c.final_max) / normalizer;
+      const double unrounded = std::exp(-candidate - c.final_max) / normalizer;
+      const double final_relative = rounded(std::exp(-candidate - c.final_max)) / normalizer;
+      if (far_from_tie(tile_probability) && far_from_tie(value) && far_from_tie(unrounded) &&
+          far_from_tie(final_relative) && rounded(value) != rounded(unrounded) &&
+          (c.tile_max == c.final_max || rounded(value) != rounded(final_relative))) {
+        d = candidate;
+        expected = rounded(value);
+      }
+    }
+    ASSERT_GT(d, 0.0) << "no score gap in (0, 15] separates the semantics";
+    const AttentionShape shape{1, c.seq, 1, 1, 2};
+    std::vector<double> scores;  // z_s of the last row's span, s = 0 .. seq-1
+    for (std::int64_t s = 0, other = 0; s < c.seq; ++s) {
+      scores.push_back(s == c.key ? -d : c.other_scores[static_cast<std::size_t>(other++)]);
+    }
+    std::vector<Bf16> query(static_cast<std::size_t>(c.seq * 2)), key(query.size()), value(query.size());
+    for (std::int64_t s = 0; s < c.seq; ++s) {
+      query[static_cast<std::size_t>(2 * s)] = bf16_from_f32(1.0f);
+      key[static_cast<std::size_t>(2 * s)] = bf16_from_f32(static_cast<float>(scores[static_cast<std::size_t>(s)]));
+      value[static_cast<std::size_t>(2 * s)] = bf16_from_f32(s == c.key ? 1.0f : 0.0f);
+    }
+    const std::vector<std::int32_t> starts(static_cast<std::size_t>(c.seq), 0);
+    std::vector<Bf16> context(query.size());
+    std::vector<float> lse(static_cast<std::size_t>(c.seq));
+    attention_forward_host({query.data(), key.data(), value.data(), starts.data(), context.data(), lse.data(), shape,
+                            1.0f, DType::bf16});
+    const double got = f32_from_bf16(context[static_cast<std::size_t>(2 * (c.seq - 1))]);
+    EXPECT_EQ(got, expected) << "d = " << d << " (exact: the rounding points of attention.hpp)";
+  }
+}
+
 // ------------------------------------------------------------------------------- Cross-entropy
 
 TEST(ProductionOps, MaskedCrossEntropyMatchesReferenceInChunks) {

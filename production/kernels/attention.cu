@@ -1,5 +1,7 @@
-// CUDA twin of the document-masked causal attention (attention.hpp), FlashAttention-2 style in
-// fp32 on the CUDA cores (a first, verifiable version; the tensor-core version is future work):
+// CUDA twin of the document-masked causal attention (attention.hpp): the entry points dispatch on
+// the compute dtype, explicitly:
+//   bf16 -> attention_tensor_core.cu (tensor cores, every head_dim in [1, 128]);
+//   fp32 -> the kernels below, FlashAttention-2 style in fp32 on the CUDA cores:
 //   - tiles of kTile queries x kTile keys; a query tile visits only the key tiles from its
 //     earliest attention_start to its diagonal, so fully masked tiles cost nothing and the work
 //     follows the sum of squared document lengths; inside a tile each (t, s) checks
@@ -19,6 +21,7 @@
 
 #include "production/cuda/kernel_support.cuh"
 #include "production/kernels/attention.hpp"
+#include "production/kernels/attention_tensor_core.hpp"
 
 namespace tandem::production {
 namespace {
@@ -386,23 +389,31 @@ void allow_shared_memory(Kernel kernel, std::int64_t bytes) {
 }  // namespace
 
 void attention_forward_cuda(const AttentionForwardParams& p, const CudaLaunch& launch) {
+  if (p.dtype == DType::bf16) {
+    attention_forward_tensor_core(p, launch);
+    return;
+  }
   const Geometry g = geometry_of(p.shape, p.scale, "attention_forward_cuda");
   if (p.shape.samples <= 0 || p.shape.seq <= 0) return;
   const dim3 grid(blocks_for(p.shape.seq, kTile), static_cast<unsigned int>(g.heads),
                   static_cast<unsigned int>(p.shape.samples));
   const std::int64_t shared_bytes =
       static_cast<std::int64_t>(sizeof(float)) * (3 * kTile * g.stride + kTile * kScoreStride);
-  with_storage_type(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  {
+    using T = float;  // bf16 returned above
     allow_shared_memory(attention_forward_kernel<T>, shared_bytes);
     attention_forward_kernel<T><<<grid, kThreads, shared_bytes, stream_of(launch)>>>(
         static_cast<const T*>(p.query), static_cast<const T*>(p.key), static_cast<const T*>(p.value),
         p.attention_start, static_cast<T*>(p.context), p.logsumexp, g);
-  });
+  }
   TANDEM_CUDA_CHECK_LAUNCH(attention_forward_kernel);
 }
 
 void attention_backward_cuda(const AttentionBackwardParams& p, const CudaLaunch& launch) {
+  if (p.dtype == DType::bf16) {
+    attention_backward_tensor_core(p, launch);
+    return;
+  }
   const Geometry g = geometry_of(p.shape, p.scale, "attention_backward_cuda");
   if (p.shape.samples <= 0 || p.shape.seq <= 0) return;
   const std::int64_t rows = p.shape.samples * p.shape.seq;
@@ -414,8 +425,8 @@ void attention_backward_cuda(const AttentionBackwardParams& p, const CudaLaunch&
   const std::int64_t query_bytes = 4 * tile_bytes + score_bytes;
   const unsigned int tiles = blocks_for(p.shape.seq, kTile);
   const unsigned int samples = static_cast<unsigned int>(p.shape.samples);
-  with_storage_type(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  {
+    using T = float;  // bf16 returned above
     const auto* query = static_cast<const T*>(p.query);
     const auto* key = static_cast<const T*>(p.key);
     const auto* value = static_cast<const T*>(p.value);
@@ -435,7 +446,7 @@ void attention_backward_cuda(const AttentionBackwardParams& p, const CudaLaunch&
         query, key, value, context_grad, p.logsumexp, context_dots, p.attention_start,
         static_cast<T*>(p.query_grad), g);
     TANDEM_CUDA_CHECK_LAUNCH(attention_query_grad_kernel);
-  });
+  }
 }
 
 }  // namespace tandem::production

@@ -2,8 +2,18 @@
 // context and each row's log-sum-exp; the backward recomputes the probabilities from them.
 // Row t of a sample attends to rows s in [attention_start[t], t] of the same sample; query head j
 // reads key/value group j / (H/G). Scores z = (q . k) * scale in fp32, softmax over the span in
-// fp32; the probabilities are never rounded to bf16 (both twins). Host twin in
-// attention_host.cpp, CUDA twin in attention.cu.
+// fp32 (its normalizer and log-sum-exp from unrounded fp32 probabilities).
+// Roundings inside the op, the same in both twins:
+//   fp32: none; probabilities and score gradients stay fp32.
+//   bf16: the operands of the second products are rounded to bf16, as tensor cores take them
+//     (FlashAttention-2): in the forward, p~_ts = exp(z_ts - m) with m the running max of row t
+//     over the key tiles of kAttentionKeyTile positions (aligned at multiples of it in the
+//     sample) up to the one holding s, rounded before context += p~ v (then rescaled by
+//     exp(m - final max) and divided by the normalizer); in the backward, p_ts before
+//     dv += p dctx and dz_ts = p (dp - D) before dq += dz k and dk += dz q, with scale applied once
+//     to the finished dq and dk sums.
+// Host twin in attention_host.cpp, CUDA twins in attention.cu (fp32) and attention_tensor_core.cu
+// (bf16).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +21,10 @@
 #include "production/kernels/types.hpp"
 
 namespace tandem::production {
+
+// Keys a tile of the bf16 forward's online softmax: its running max, which the bf16 probabilities
+// are rounded relative to, advances a tile at a time (attention_tensor_core.cu's kKeys).
+inline constexpr int kAttentionKeyTile = 64;
 
 struct AttentionShape {
   std::int64_t samples = 0;   // mbs: independent sequences (rows = samples * seq)
@@ -35,8 +49,8 @@ struct AttentionForwardParams {
 // With p_ts = exp(z_ts - logsumexp_t), dp_ts = dctx_t . v_s and D_t = dctx_t . ctx_t (the stored
 // context; equals sum_s p_ts dp_ts): dz_ts = p_ts (dp_ts - D_t),
 // dq_t = scale sum_s dz_ts k_s, dk_s = scale sum_{t, heads of its group} dz_ts q_t,
-// dv_s = sum_{t, heads of its group} p_ts dctx_t. Sums in fp32 in a fixed order (no atomics);
-// query_grad, key_grad, value_grad are overwritten.
+// dv_s = sum_{t, heads of its group} p_ts dctx_t (bf16: p and dz rounded, see above). Sums in
+// fp32 in a fixed order (no atomics); query_grad, key_grad, value_grad are overwritten.
 struct AttentionBackwardParams {
   const void* query = nullptr;               // [samples*seq, H*hd] as the forward read it
   const void* key = nullptr;                 // [samples*seq, G*hd]

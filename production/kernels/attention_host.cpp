@@ -1,9 +1,11 @@
 // Host twin of the document-masked causal attention (attention.hpp). Per sample, per query head,
 // per row t: scores over the span, softmax, context; the backward recomputes the probabilities
 // from the saved log-sum-exp. Gradients accumulate in fp32 scratch (heads, then t, then s, each
-// increasing) and are rounded once when stored.
+// increasing) and are rounded once when stored. In bf16 the probabilities and score gradients are
+// rounded where the tensor-core twin rounds them (attention.hpp), with its key tiles.
 #include "production/kernels/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -57,11 +59,33 @@ void attention_forward_host(const AttentionForwardParams& p) {
         }
         p.logsumexp[(sample * shape.seq + t) * shape.heads + head] = max_score + std::log(normalizer);
         std::fill(output.begin(), output.end(), 0.0f);
-        for (std::int64_t s = first; s <= t; ++s) {
-          const float probability = std::exp(scores[static_cast<std::size_t>(s)] - max_score) / normalizer;
-          const std::int64_t v = kv_at(sample, s, group);
-          for (std::int64_t i = 0; i < hd; ++i) {
-            output[static_cast<std::size_t>(i)] += probability * load_as_f32(p.value, p.dtype, v + i);
+        if (p.dtype == DType::f32) {
+          for (std::int64_t s = first; s <= t; ++s) {
+            const float probability = std::exp(scores[static_cast<std::size_t>(s)] - max_score) / normalizer;
+            const std::int64_t v = kv_at(sample, s, group);
+            for (std::int64_t i = 0; i < hd; ++i) {
+              output[static_cast<std::size_t>(i)] += probability * load_as_f32(p.value, p.dtype, v + i);
+            }
+          }
+        } else {
+          // bf16: p~ = exp(z - m) rounded, m the running max over the key tiles so far
+          // (attention.hpp), then rescaled to the final max and normalized.
+          float running_max = -INFINITY;
+          for (std::int64_t tile = first / kAttentionKeyTile * kAttentionKeyTile; tile <= t; tile += kAttentionKeyTile) {
+            const std::int64_t begin = std::max(tile, first);
+            const std::int64_t end = std::min(tile + kAttentionKeyTile - 1, t);
+            for (std::int64_t s = begin; s <= end; ++s) {
+              running_max = std::max(running_max, scores[static_cast<std::size_t>(s)]);
+            }
+            const float rescale = std::exp(running_max - max_score) / normalizer;
+            for (std::int64_t s = begin; s <= end; ++s) {
+              const float rounded = round_to(DType::bf16, std::exp(scores[static_cast<std::size_t>(s)] - running_max));
+              const float weight = rounded * rescale;
+              const std::int64_t v = kv_at(sample, s, group);
+              for (std::int64_t i = 0; i < hd; ++i) {
+                output[static_cast<std::size_t>(i)] += weight * load_as_f32(p.value, p.dtype, v + i);
+              }
+            }
           }
         }
         const std::int64_t out = query_at(sample, t, head);
@@ -83,6 +107,7 @@ void attention_backward_host(const AttentionBackwardParams& p) {
   std::vector<float> query_grad(static_cast<std::size_t>(rows * shape.heads * hd), 0.0f);  // [rows, H*hd]
   std::vector<float> key_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);    // [rows, G*hd]
   std::vector<float> value_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);  // [rows, G*hd]
+  const bool rounded = p.dtype == DType::bf16;
   for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
     for (std::int64_t head = 0; head < shape.heads; ++head) {
       const std::int64_t group = head / heads_per_group;
@@ -96,16 +121,24 @@ void attention_backward_host(const AttentionBackwardParams& p) {
           const float z = dot(p.query, q, p.key, kv, hd, p.dtype) * p.scale;
           const float probability = std::exp(z - lse);
           const float probability_grad = dot(p.context_grad, q, p.value, kv, hd, p.dtype);
-          const float score_grad = probability * (probability_grad - expected_grad) * p.scale;
+          // fp32: dz scaled per term. bf16: p and dz rounded as the tensor cores take them, scale
+          // applied to the finished sums below (attention.hpp).
+          const float score_grad = rounded ? round_to(DType::bf16, probability * (probability_grad - expected_grad))
+                                           : probability * (probability_grad - expected_grad) * p.scale;
+          const float value_weight = rounded ? round_to(DType::bf16, probability) : probability;
           for (std::int64_t i = 0; i < hd; ++i) {
             const float dctx = load_as_f32(p.context_grad, p.dtype, q + i);
             query_grad[static_cast<std::size_t>(q + i)] += score_grad * load_as_f32(p.key, p.dtype, kv + i);
             key_grad[static_cast<std::size_t>(kv + i)] += score_grad * load_as_f32(p.query, p.dtype, q + i);
-            value_grad[static_cast<std::size_t>(kv + i)] += probability * dctx;
+            value_grad[static_cast<std::size_t>(kv + i)] += value_weight * dctx;
           }
         }
       }
     }
+  }
+  if (rounded) {  // bf16: scale once, after the sums
+    for (float& sum : query_grad) sum *= p.scale;
+    for (float& sum : key_grad) sum *= p.scale;
   }
   for (std::size_t i = 0; i < query_grad.size(); ++i) {
     store_from_f32(p.query_grad, p.dtype, static_cast<std::int64_t>(i), query_grad[i]);
