@@ -25,11 +25,6 @@
 namespace tandem::reference {
 namespace {
 
-std::string default_cache_directory() {
-  const char* tmp = std::getenv("TMPDIR");
-  return (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / "tandem-default-corpus").string();
-}
-
 template <class Real>
 RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std::ostream& out) {
   const auto data = open_training_data(config, options);
@@ -99,9 +94,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
 
 std::shared_ptr<const data::TrainingSamples> open_training_data(const RunConfig& config,
                                                                 const TrainOptions& options) {
-  const std::string directory =
-      options.data_cache.empty() ? default_cache_directory() : options.data_cache;
-  return data::open_training_samples(config, directory);
+  return data::open_training_samples(config, options.data_cache);  // empty: the default folder
 }
 
 std::function<Sample(std::int64_t)> open_training_samples(const RunConfig& config,

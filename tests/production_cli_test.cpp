@@ -5,6 +5,7 @@
 // Kind of comparison: exact (files, fields, exit codes) and deterministic (bytes of checkpoints).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -184,6 +185,25 @@ TEST_F(ProductionCli, ResumeOnMpiRanksIsBitExactAndOneRankTakesTheCheckpointUp) 
   const auto saved = checkpoint::load_checkpoint(root_ / "half");
   for (const auto& tensor : saved.model_tensors) {
     EXPECT_EQ(checkpoint::find_tensor(hf.tensors, tensor.name, "export"), tensor) << tensor.name;
+  }
+}
+
+// Without --data-cache both engines build the embedded corpus where --help says:
+// $TMPDIR/tandem-default-corpus (the production engine once built it elsewhere).
+TEST_F(ProductionCli, WithoutDataCacheTheCorpusIsBuiltInTheDocumentedFolder) {
+  for (const std::string engine : {"production", "reference"}) {
+    const auto tmp = root_ / ("tmp-" + engine);
+    fs::create_directories(tmp);
+    std::vector<std::string> arguments = tiny({"--train-samples", "8"});
+    arguments[2] = engine;  // tiny_train puts the engine's name there
+    const auto cache = std::find(arguments.begin(), arguments.end(), "--data-cache");
+    ASSERT_NE(cache, arguments.end());
+    arguments.erase(cache, cache + 2);
+    const auto result = run_tandem(arguments, "TMPDIR=" + testing::shell_quoted(tmp.string()) + " ", "2>&1");
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    std::vector<std::string> made;
+    for (const auto& entry : fs::directory_iterator(tmp)) made.push_back(entry.path().filename().string());
+    EXPECT_EQ(made, std::vector<std::string>{"tandem-default-corpus"}) << engine;
   }
 }
 

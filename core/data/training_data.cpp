@@ -1,8 +1,7 @@
 // From RunConfig to TrainingSamples (see training_data.hpp).
 #include "core/data/training_data.hpp"
 
-#include <unistd.h>
-
+#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -23,13 +22,14 @@ std::vector<double> weights_of(const std::vector<TrainingSamples::Dataset>& data
 
 }  // namespace
 
+std::string default_corpus_directory() {
+  const char* tmp = std::getenv("TMPDIR");
+  return (std::filesystem::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") / "tandem-default-corpus").string();
+}
+
 std::vector<DataPathEntry> resolve_data_path(const RunConfig& run, const std::string& work_directory) {
   if (!run.data.data_path.empty()) return run.data.data_path;
-  const std::string directory =
-      work_directory.empty()
-          ? (std::filesystem::temp_directory_path() / ("tandem-corpus-" + std::to_string(::getuid())))
-                .string()
-          : work_directory;
+  const std::string directory = work_directory.empty() ? default_corpus_directory() : work_directory;
   return {{build_default_corpus_dataset(directory), {}}};
 }
 

@@ -16,9 +16,12 @@
 
 namespace tandem::data {
 
+// Where the embedded corpus is built when --data-cache is not given: $TMPDIR/tandem-default-corpus
+// (/tmp when TMPDIR is unset), the default `tandem train --help` and `tandem check --help` name.
+std::string default_corpus_directory();
+
 // The datasets a run reads: run.data.data_path, or the embedded corpus built under
-// `work_directory` (empty: a per-user folder under the system temporary directory) as one
-// entry without a weight. Building is skipped when the files there already hold the corpus;
+// `work_directory` (empty: default_corpus_directory()) as one entry without a weight. Building is skipped when the files there already hold the corpus;
 // with several ranks, call this on one rank before the others open the result.
 std::vector<DataPathEntry> resolve_data_path(const RunConfig& run,
                                              const std::string& work_directory = "");
