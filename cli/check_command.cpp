@@ -5,7 +5,8 @@
 //
 // The fast twin is the production trainer (cpu backend, or cuda with --device cuda); with
 // --fast-twin reference-double it is the double reference, held against the 50-digit reference.
-// Each update is teacher-forced: the truth starts it from the fast twin's own state.
+// Each update is teacher-forced: the truth starts it from the fast twin's own state. With --load
+// both start from a checkpoint (any engine's) instead of the initialization.
 // With --data-parallel-size N the production twin runs N ranks on threads of this process; under
 // `mpirun -np N` (or srun) each process is one of its N ranks, exchanging through MPI as
 // `tandem train` does, and rank 0 prints the report.
@@ -18,6 +19,9 @@
 #include "cli/command.hpp"
 #include "cli/ranks.hpp"
 #include "core/args.hpp"
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/main_state.hpp"
+#include "core/checkpoint/resume_check.hpp"
 #include "core/data/training_data.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/train_options.hpp"
@@ -58,6 +62,14 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
   launch.allow_zero_train_samples = true;
   if (session.active()) launch.launched_world_size = session.world_size();
   RunConfig config = build_run_config(state.run, launch);
+  if (!config.checkpoint.save.empty()) {
+    if (session.rank() == 0) {
+      std::cerr << "error: --save " << config.checkpoint.save
+                << ": tandem check writes no checkpoint; fix: drop --save (--load starts the check from a "
+                   "checkpoint)\n";
+    }
+    return 2;
+  }
   const bool launched_ranks = session.world_size() > 1;
   if (launched_ranks && (state.fast_twin != "production" || !state.test_mutant.empty())) {
     if (session.rank() == 0) {
@@ -94,6 +106,19 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
   auto fast_twin = fast.make(setup);
   const equivalence::PrecisionPair precisions{equivalence::precision_of(fast, config),
                                               truth.precision};
+  const ModelLayout layout = make_model_layout(config.model);
+  // --load: both twins start from the checkpoint's state (any engine's; the fast twin rounds it
+  // to its main precision and the truth starts every update from the fast twin's copy).
+  std::string loaded;
+  if (!config.checkpoint.load.empty()) {
+    const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(config.checkpoint.load);
+    checkpoint::check_resume_settings(saved.run_config, config);
+    const MainState<double> state = checkpoint::read_main_state_widened(layout, saved);
+    fast_twin->load_state({state.params, state.exp_avg, state.exp_avg_sq, state.counters});
+    truth_twin->load_state(fast_twin->state());
+    loaded = config.checkpoint.load + " (" + saved.engine + " engine, " + saved.precision + ") at iteration " +
+             std::to_string(saved.counters.iteration);
+  }
 
   out << "tandem check: " << fast_twin->description() << " [fast twin] vs "
             << truth_twin->description() << " [truth], " << state.updates
@@ -105,13 +130,16 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
 
   equivalence::Report initial;
   equivalence::compare_states_bitwise(0, "initial ", truth_twin->state(), fast_twin->state(), initial);
-  out << "update 0 (initialization, SPEC 4: bit-identical): "
-            << (initial.ok() ? "ok" : "FAILED") << "\n";
+  if (loaded.empty()) {
+    out << "update 0 (initialization, SPEC 4: bit-identical): " << (initial.ok() ? "ok" : "FAILED") << "\n";
+  } else {
+    out << "start: the state of " << loaded << "\n";
+  }
   if (!initial.ok()) out << initial.text(state.lines_per_update);
 
-  const ModelLayout layout = make_model_layout(config.model);
   bool ok = initial.ok();
-  for (std::int64_t update = 1; update <= state.updates; ++update) {
+  const std::int64_t first_update = fast_twin->state().counters.iteration + 1;
+  for (std::int64_t update = first_update; update < first_update + state.updates; ++update) {
     equivalence::UpdateObservation reference;
     equivalence::UpdateObservation under_test;
     under_test.before = fast_twin->state();

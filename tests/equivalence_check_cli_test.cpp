@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem {
@@ -84,6 +85,57 @@ TEST(CheckCommand, UnderMpirunEachProcessIsOneProductionRankAndRankZeroReports) 
   // Only the production twin runs as ranks.
   const auto reference = testing::run_tandem(tiny_check({"--fast-twin", "reference-double"}), mpirun, "2>&1");
   EXPECT_EQ(reference.exit_code, 2) << reference.output;
+}
+
+// --load: both twins start from a checkpoint (a production one here, one written by 2 MPI ranks
+// as shards too); the updates continue its numbering. --save is refused: check writes nothing.
+TEST(CheckCommand, LoadStartsBothTwinsFromACheckpointAndSaveIsRefused) {
+  const testing::ScratchDirectory scratch("tandem-check-load");
+  auto train = [&](const std::filesystem::path& save, const std::string& prefix) {
+    std::vector<std::string> arguments = tiny_check({"--engine", "production", "--device", "cpu", "--save",
+                                                     save.string(), "--exit-interval", "2", "--quiet"});
+    arguments.front() = "train";
+    return testing::run_tandem(arguments, prefix, "2>&1");
+  };
+  const auto one = scratch.path() / "one";
+  const auto trained = train(one, "");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const auto result = testing::run_tandem(tiny_check({"--updates", "2", "--load", one.string()}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("start: the state of " + one.string() + " (production engine, F32) at iteration 2"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("update 0 (initialization"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("-- update 3: ok"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("-- update 4: ok"), std::string::npos) << result.output;
+
+  // A changed model is refused as a resume would be (exit 2, naming the setting).
+  const auto changed =
+      testing::run_tandem(tiny_check({"--load", one.string(), "--hidden-size", "16"}), "", "2>&1");
+  EXPECT_EQ(changed.exit_code, 2) << changed.output;
+  EXPECT_NE(changed.output.find("--hidden-size"), std::string::npos) << changed.output;
+  // A wrong twin started from the checkpoint still fails (the verdict is the exit status).
+  const auto mutant = testing::run_tandem(
+      tiny_check({"--updates", "1", "--load", one.string(), "--test-mutant", "decay_norm_weights"}), "", "2>&1");
+  EXPECT_EQ(mutant.exit_code, 1) << mutant.output;
+
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (!mpirun.empty()) {
+    const auto two = scratch.path() / "two";
+    std::vector<std::string> arguments = tiny_check({"--engine", "production", "--device", "cpu", "--save",
+                                                     two.string(), "--exit-interval", "2", "--quiet",
+                                                     "--data-parallel-size", "2"});
+    arguments.front() = "train";
+    const auto sharded = testing::run_tandem(arguments, mpirun, "2>&1");
+    ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+    const auto from_shards = testing::run_tandem(tiny_check({"--updates", "1", "--load", two.string()}), "", "2>&1");
+    EXPECT_EQ(from_shards.exit_code, 0) << from_shards.output;
+    EXPECT_NE(from_shards.output.find("-- update 3: ok"), std::string::npos) << from_shards.output;
+  }
+
+  const auto saving = testing::run_tandem(tiny_check({"--save", (scratch.path() / "x").string()}), "", "2>&1");
+  EXPECT_EQ(saving.exit_code, 2) << saving.output;
+  EXPECT_NE(saving.output.find("tandem check writes no checkpoint"), std::string::npos) << saving.output;
 }
 
 }  // namespace

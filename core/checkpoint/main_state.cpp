@@ -43,7 +43,7 @@ std::vector<Scalar> read_tensors(const ModelLayout& layout, const std::vector<Te
     }
     std::vector<Scalar> values;
     if constexpr (std::is_same_v<Scalar, double>) {
-      values = f64_values(stored);
+      values = values_as_f64(stored);  // exact from F64, F32 or BF16 (callers check the dtype)
     } else {
       values = f32_values(stored);
     }
@@ -100,6 +100,17 @@ MainState<Scalar> read_main_checkpoint(const std::string& engine, const RunConfi
       read_tensors<Scalar>(layout, saved.optimizer_tensors, std::string(kExpAvgPrefix), "optimizer.safetensors");
   state.exp_avg_sq = read_tensors<Scalar>(layout, saved.optimizer_tensors, std::string(kExpAvgSqPrefix),
                                           "optimizer.safetensors");
+  state.counters = saved.counters;
+  return state;
+}
+
+MainState<double> read_main_state_widened(const ModelLayout& layout, const CheckpointState& saved) {
+  MainState<double> state;
+  state.params = read_tensors<double>(layout, saved.model_tensors, "", "model.safetensors");
+  state.exp_avg =
+      read_tensors<double>(layout, saved.optimizer_tensors, std::string(kExpAvgPrefix), "optimizer.safetensors");
+  state.exp_avg_sq =
+      read_tensors<double>(layout, saved.optimizer_tensors, std::string(kExpAvgSqPrefix), "optimizer.safetensors");
   state.counters = saved.counters;
   return state;
 }

@@ -35,4 +35,8 @@ template <class Scalar>
 MainState<Scalar> read_main_checkpoint(const std::string& engine, const RunConfig& resumed,
                                        const ModelLayout& layout, const CheckpointState& saved);
 
+// The main state in `saved` whatever engine and precision wrote it, widened exactly to double
+// (`tandem check --load`). Throws std::runtime_error naming a missing or misshapen tensor.
+MainState<double> read_main_state_widened(const ModelLayout& layout, const CheckpointState& saved);
+
 }  // namespace tandem::checkpoint
