@@ -10,7 +10,7 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "production/checkpointing.hpp"
 #include "production/collectives/mpi.hpp"
-#include "production/collectives/thread_group.hpp"
+#include "production/local_ranks.hpp"
 #include "production/kernels/optimizer.hpp"
 #include "production/trainer.hpp"
 #include "equivalence/verdict.hpp"
@@ -123,50 +123,35 @@ class ProductionTwin final : public Twin {
  public:
   ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport,
                  production::TestSwitches::Mutants mutants = {})
-      : samples_(setup.samples) {
-    const auto ranks = static_cast<int>(setup.config.parallel.data_parallel);
-    production::ProductionOptions base = options(setup, cuda);
-    base.switches.mutants = mutants;
-    if (transport == RankTransport::mpi && ranks > 1) {
-      base.collectives = [](production::Backend&) { return production::make_mpi_collectives(); };
-      transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks";
-    } else if (ranks > 1) {
-      group_ = production::make_thread_group(ranks);
-      transport_text_ = ", " + std::to_string(ranks) + " ranks on threads";
-    }
-    trainers_.resize(group_.empty() ? 1 : group_.size());
-    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int rank) {
-      production::ProductionOptions mine = base;
-      if (!group_.empty()) {
-        mine.collectives = [member = group_[static_cast<std::size_t>(rank)]](production::Backend&) { return member; };
-      }
-      trainer = std::make_unique<production::Trainer>(setup.config, samples_, mine);
-      trainer->keep_last_gradient(true);
-    });
+      : samples_(setup.samples),
+        ranks_(setup.config, samples_, options(setup, cuda, mutants),
+               transport == RankTransport::mpi ? production::LocalRanks::Transport::mpi
+                                               : production::LocalRanks::Transport::threads) {
+    ranks_.each([](production::Trainer& trainer, int) { trainer.keep_last_gradient(true); });
   }
 
   std::string description() const override {
-    const production::Trainer& trainer = *trainers_.front();
+    const production::Trainer& trainer = ranks_.front();
     return "production<" + production::to_string(trainer.backend().device()) + ", " +
-           (trainer.config().optimizer.bf16 ? "bf16" : "fp32") + ">, " +
-           layout_text(trainer.config()) + transport_text_ +
+           (trainer.compute_dtype() == production::DType::bf16 ? "bf16" : "fp32") + ">, " +
+           layout_text(trainer.config()) + ranks_.transport_text() +
            (trainer.distributed_optimizer() ? ", distributed optimizer" : "");
   }
   Precision precision() const override {
-    return trainers_.front()->config().optimizer.bf16 ? bf16() : fp32();
+    return ranks_.front().config().optimizer.bf16 ? bf16() : fp32();
   }
   IterationRecord run_iteration() override {
-    std::vector<IterationRecord> records(trainers_.size());
-    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int rank) {
-      records[static_cast<std::size_t>(rank)] = trainer->run_iteration();
+    std::vector<IterationRecord> records(ranks_.size());
+    ranks_.each([&](production::Trainer& trainer, int rank) {
+      records[static_cast<std::size_t>(rank)] = trainer.run_iteration();
     });
     last_record_ = records.front();
     return last_record_;
   }
   TwinState state() const override {
-    std::vector<production::HostState> states(trainers_.size());
-    each_rank([&](const std::unique_ptr<production::Trainer>& trainer, int rank) {
-      states[static_cast<std::size_t>(rank)] = trainer->host_state();
+    std::vector<production::HostState> states(ranks_.size());
+    ranks_.each([&](const production::Trainer& trainer, int rank) {
+      states[static_cast<std::size_t>(rank)] = trainer.host_state();
     });
     const production::HostState& s = states.front();
     return {widen(s.params), widen(s.exp_avg), widen(s.exp_avg_sq), s.counters};
@@ -182,12 +167,12 @@ class ProductionTwin final : public Twin {
       s.exp_avg_sq[i] = static_cast<float>(state.exp_avg_sq[i]);
     }
     s.counters = state.counters;
-    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int) { trainer->restore(s); });
+    ranks_.each([&](production::Trainer& trainer, int) { trainer.restore(s); });
   }
   // The trainer keeps the pre-clip gradient; the optimizer used it scaled by the fp32 coefficient
   // (ScaleParams: values[i] *= float(coeff)), which is repeated here in fp32.
   std::vector<double> last_gradient() const override {
-    const std::vector<float>& pre_clip = trainers_.front()->last_gradient();
+    const std::vector<float>& pre_clip = ranks_.front().last_gradient();
     std::vector<double> out(pre_clip.size());
     const float coeff = static_cast<float>(last_record_.clip_coeff);
     for (std::size_t i = 0; i < pre_clip.size(); ++i) {
@@ -202,49 +187,33 @@ class ProductionTwin final : public Twin {
   // each reads only its range back (production/checkpointing.hpp).
   void save_checkpoint(const std::filesystem::path& directory) const override {
     const std::filesystem::path agreed = agreed_directory(directory);
-    each_rank([&](const std::unique_ptr<production::Trainer>& trainer, int) {
-      production::save_trainer_checkpoint(*trainer, agreed);
-    });
+    ranks_.each([&](const production::Trainer& trainer, int) { production::save_trainer_checkpoint(trainer, agreed); });
   }
   void resume_from(const std::filesystem::path& directory) override {
     const std::filesystem::path agreed = agreed_directory(directory);
-    each_rank([&](std::unique_ptr<production::Trainer>& trainer, int) {
-      production::resume_trainer_from(*trainer, agreed);
-    });
+    ranks_.each([&](production::Trainer& trainer, int) { production::resume_trainer_from(trainer, agreed); });
   }
 
  private:
-  static production::ProductionOptions options(const TwinSetup& setup, bool cuda) {
+  static production::ProductionOptions options(const TwinSetup& setup, bool cuda,
+                                               production::TestSwitches::Mutants mutants) {
     production::ProductionOptions out;
     out.device = cuda ? production::Device::cuda : production::Device::cpu;
     out.switches.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
     out.switches.nonfinite_loss_iterations = setup.nonfinite_loss_iterations;
     out.switches.nonfinite_loss_value = setup.nonfinite_loss_value;
+    out.switches.mutants = mutants;
     return out;
   }
-  // body(trainer of rank r, r) on every rank this process runs: one, or the thread group's.
-  template <class Body>
-  void each_rank(Body&& body) {
-    if (group_.empty()) return body(trainers_.front(), 0);
-    production::run_thread_group(group_, [&](int rank) { body(trainers_[static_cast<std::size_t>(rank)], rank); });
-  }
-  template <class Body>
-  void each_rank(Body&& body) const {
-    if (group_.empty()) return body(trainers_.front(), 0);
-    production::run_thread_group(group_, [&](int rank) { body(trainers_[static_cast<std::size_t>(rank)], rank); });
-  }
-
   // As MPI ranks each process names its own scratch directory: they all use rank 0's.
   std::filesystem::path agreed_directory(const std::filesystem::path& directory) const {
-    production::Collectives& collectives = trainers_.front()->collectives();
-    if (!group_.empty() || collectives.size() == 1) return directory;
+    production::Collectives& collectives = ranks_.front().collectives();
+    if (ranks_.on_threads() || collectives.size() == 1) return directory;
     return production::all_gather_strings(collectives, directory.string()).front();
   }
 
   reference::SampleProvider samples_;
-  std::vector<std::shared_ptr<production::Collectives>> group_;  // empty: one rank in this process
-  std::vector<std::unique_ptr<production::Trainer>> trainers_;   // [ranks in this process]
-  std::string transport_text_;
+  production::LocalRanks ranks_;
   IterationRecord last_record_;
 };
 

@@ -29,6 +29,7 @@
 #include "production/checkpointing.hpp"
 #include "production/collectives/mpi.hpp"
 #include "production/collectives/thread_group.hpp"
+#include "production/local_ranks.hpp"
 #include "production/sharding.hpp"
 #include "production/trainer.hpp"
 #include "tests/support/files.hpp"
@@ -176,44 +177,34 @@ RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distrib
   return config;
 }
 
-// DP ranks as threads: one Trainer per rank, every call made on every rank together.
+// DP ranks as threads (production/local_ranks.hpp): one Trainer per rank, every call made on every
+// rank together.
 class Ranks {
  public:
   explicit Ranks(const RunConfig& config, production::TestSwitches switches = {})
-      : group_(production::make_thread_group(static_cast<int>(config.parallel.data_parallel))),
-        trainers_(group_.size()) {
-    each([&](std::unique_ptr<Trainer>& trainer, int rank) {
-      production::ProductionOptions options;
-      options.device = production::Device::cpu;
-      options.switches = switches;
-      options.collectives = [member = group_[static_cast<std::size_t>(rank)]](production::Backend&) { return member; };
-      trainer = std::make_unique<Trainer>(config, testing::tiny_production_samples(), options);
-    });
-  }
+      : ranks_(config, testing::tiny_production_samples(), options(switches), production::LocalRanks::Transport::threads) {}
   // Every rank's record of one iteration.
   std::vector<IterationRecord> run_iteration() {
-    std::vector<IterationRecord> records(trainers_.size());
-    each([&](std::unique_ptr<Trainer>& trainer, int rank) {
-      records[static_cast<std::size_t>(rank)] = trainer->run_iteration();
-    });
+    std::vector<IterationRecord> records(ranks_.size());
+    ranks_.each([&](Trainer& trainer, int rank) { records[static_cast<std::size_t>(rank)] = trainer.run_iteration(); });
     return records;
   }
   HostState state() {
-    std::vector<HostState> states(trainers_.size());
-    each([&](std::unique_ptr<Trainer>& trainer, int rank) { states[static_cast<std::size_t>(rank)] = trainer->host_state(); });
+    std::vector<HostState> states(ranks_.size());
+    ranks_.each([&](Trainer& trainer, int rank) { states[static_cast<std::size_t>(rank)] = trainer.host_state(); });
     return states.front();
   }
   void restore(const HostState& state) {
-    each([&](std::unique_ptr<Trainer>& trainer, int) { trainer->restore(state); });
+    ranks_.each([&](Trainer& trainer, int) { trainer.restore(state); });
   }
   // save_trainer_checkpoint on every rank; `hooks` for rank r (tests of a failing rank). Returns
   // every rank's error message ("" when it returned).
   std::vector<std::string> save(const std::filesystem::path& dir, int failing_rank = -1,
                                 const checkpoint::SaveHooks& hooks = {}) {
-    std::vector<std::string> errors(trainers_.size());
-    each([&](std::unique_ptr<Trainer>& trainer, int rank) {
+    std::vector<std::string> errors(ranks_.size());
+    ranks_.each([&](Trainer& trainer, int rank) {
       try {
-        production::save_trainer_checkpoint(*trainer, dir, rank == failing_rank ? hooks : checkpoint::SaveHooks{});
+        production::save_trainer_checkpoint(trainer, dir, rank == failing_rank ? hooks : checkpoint::SaveHooks{});
       } catch (const std::exception& error) {
         errors[static_cast<std::size_t>(rank)] = error.what();
       }
@@ -221,20 +212,21 @@ class Ranks {
     return errors;
   }
   void resume(const std::filesystem::path& dir) {
-    each([&](std::unique_ptr<Trainer>& trainer, int) { production::resume_trainer_from(*trainer, dir); });
+    ranks_.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, dir); });
   }
   void audit(const std::vector<std::int64_t>& elements) {
-    for (auto& trainer : trainers_) trainer->set_audit_elements(elements);
+    for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_.at(r).set_audit_elements(elements);
   }
-  Trainer& rank(int r) { return *trainers_[static_cast<std::size_t>(r)]; }
+  Trainer& rank(int r) { return ranks_.at(static_cast<std::size_t>(r)); }
 
  private:
-  template <class Body>
-  void each(Body&& body) {
-    production::run_thread_group(group_, [&](int r) { body(trainers_[static_cast<std::size_t>(r)], r); });
+  static production::ProductionOptions options(const production::TestSwitches& switches) {
+    production::ProductionOptions out;
+    out.device = production::Device::cpu;
+    out.switches = switches;
+    return out;
   }
-  std::vector<std::shared_ptr<production::Collectives>> group_;
-  std::vector<std::unique_ptr<Trainer>> trainers_;
+  production::LocalRanks ranks_;
 };
 
 // Bitwise equality of two records' numbers and counters (timings excluded).

@@ -1,0 +1,60 @@
+// The Trainers of the data-parallel ranks that one process runs, for the tests and the
+// equivalence harness (tandem train runs one rank per process instead): either one Trainer (DP 1,
+// or this process's rank when mpirun started it) or one Trainer per rank on threads of a thread
+// group (collectives/thread_group.hpp). each() runs a body on every rank held, together, as the
+// Trainer's collective calls require.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "production/collectives/collectives.hpp"
+#include "production/collectives/thread_group.hpp"
+#include "production/trainer.hpp"
+
+namespace tandem::production {
+
+class LocalRanks {
+ public:
+  enum class Transport { threads, mpi };
+
+  // config.parallel.data_parallel ranks over `transport` (mpi: this process is one of them; DP 1
+  // needs no transport). `base` is every rank's options; its collectives are set here.
+  LocalRanks(const RunConfig& config, const SampleProvider& samples, const ProductionOptions& base,
+             Transport transport);
+
+  // body(trainer, index) on every rank this process holds, on their threads when there are
+  // several; index is the rank's place among those held, [0, size()): its rank on threads, 0 for
+  // the one rank of an MPI process.
+  template <class Body>
+  void each(Body&& body) {
+    if (group_.empty()) return body(*trainers_.front(), 0);
+    run_thread_group(group_, [&](int rank) { body(*trainers_[static_cast<std::size_t>(rank)], rank); });
+  }
+  template <class Body>
+  void each(Body&& body) const {
+    if (group_.empty()) return body(static_cast<const Trainer&>(*trainers_.front()), 0);
+    run_thread_group(group_, [&](int rank) {
+      body(static_cast<const Trainer&>(*trainers_[static_cast<std::size_t>(rank)]), rank);
+    });
+  }
+
+  // The first rank this process holds (rank 0 on threads); its records and state stand for all.
+  Trainer& front() { return *trainers_.front(); }
+  const Trainer& front() const { return *trainers_.front(); }
+  // The rank at `index` (each()'s second argument), for calls that exchange nothing.
+  Trainer& at(std::size_t index) { return *trainers_.at(index); }
+  std::size_t size() const { return trainers_.size(); }
+  // For descriptions: "", ", 2 ranks on threads" or ", rank of 4 MPI ranks".
+  const std::string& transport_text() const { return transport_text_; }
+  bool on_threads() const { return !group_.empty(); }
+
+ private:
+  std::vector<std::shared_ptr<Collectives>> group_;  // empty: one rank in this process
+  std::vector<std::unique_ptr<Trainer>> trainers_;   // [ranks held]
+  std::string transport_text_;
+};
+
+}  // namespace tandem::production
