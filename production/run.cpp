@@ -53,6 +53,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
     resume_trainer_from(trainer, config.checkpoint.load);
     resumed_iteration = trainer.counters().iteration;
     out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration << "\n";
+    for (const std::string& change : allowed_resume_changes(config)) out << "note: " << change << "\n";
   }
   const bool saving = !config.checkpoint.save.empty();
   // One rank writes the whole state; several write a shard each (production/checkpointing.hpp);
@@ -69,7 +70,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
     log = JsonlLog(log_path, resumed_iteration > 0);
     const HeaderIdentity identity{"production", to_string(production.device),
                                   trainer.backend().description(), "fp32", compute_precision};
-    const nlohmann::json extra = {
+    nlohmann::json extra = {
         {"throughput", {{"flops_convention",
                          "6 x matrix parameters (output projection included, embedding lookup "
                          "excluded) per position + 12 x layers x H x hd per unmasked attention "
@@ -85,6 +86,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                                   ? "distributed, one rank (it holds the whole state)"
                                   : "replicated"},
           {"shard_elements", trainer.shards().shard_elements}}}};
+    extra.update(resume_header_fields(config));
     log.write(header_record(identity, config, trainer.layout(),
                             data::data_description(*source, config, config.data.data_path.empty()),
                             resumed_iteration, extra));

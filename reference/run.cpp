@@ -42,6 +42,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
       resumed_iteration = trainer.state().counters.iteration;
       out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration
           << "\n";
+      for (const std::string& change : allowed_resume_changes(config)) out << "note: " << change << "\n";
     } else {
       throw std::runtime_error(
           "--load: only the double reference resumes bit-exactly; fix: drop "
@@ -69,7 +70,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
                                   options.reference_precision};
     log.write(header_record(identity, config, trainer.layout(),
                             data::data_description(*data, config, config.data.data_path.empty()),
-                            resumed_iteration));
+                            resumed_iteration, resume_header_fields(config)));
   }
   if (options.audit_params > 0) {
     trainer.set_audit_elements(

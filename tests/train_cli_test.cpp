@@ -130,6 +130,27 @@ TEST_F(TrainCli, AChangedScheduleOnResumeIsAnErrorUnlessOverridden) {
       tiny({"--load", save.string(), "--lr", "1e-3", "--override-opt-param-scheduler"}), "",
       "2>&1");
   EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_NE(allowed.output.find("note: --lr changed: the checkpoint's run had 0.003, this run has 0.001"),
+            std::string::npos)
+      << allowed.output;
+}
+
+// Data settings may change on resume (Megatron: a new blend mid-run), and the run says so on the
+// console and in the log header's resume_changes; a resume without changes records an empty list.
+TEST_F(TrainCli, AChangedDataSettingOnResumeIsAllowedAndReported) {
+  const auto save = root_ / "ckpt";
+  ASSERT_EQ(run_tandem(tiny({"--save", save.string(), "--exit-interval", "2"})).exit_code, 0);
+  const auto log = root_ / "resumed.jsonl";
+  const auto changed = run_tandem(
+      tiny({"--load", save.string(), "--data-order", "sequential", "--log", log.string()}), "", "2>&1");
+  ASSERT_EQ(changed.exit_code, 0) << changed.output;
+  const std::string change = "--data-order changed: the checkpoint's run had \"shuffled\", this run has \"sequential\"";
+  EXPECT_NE(changed.output.find("note: " + change), std::string::npos) << changed.output;
+  EXPECT_EQ(read_log(log).front()["resume_changes"], nlohmann::json::array({change}));
+
+  const auto same_log = root_ / "same.jsonl";
+  ASSERT_EQ(run_tandem(tiny({"--load", save.string(), "--log", same_log.string()})).exit_code, 0);
+  EXPECT_EQ(read_log(same_log).front()["resume_changes"], nlohmann::json::array());
 }
 
 TEST_F(TrainCli, SkippedUpdatesAreLoggedAndTheSkipLimitStopsAfterAFinalCheckpoint) {

@@ -11,39 +11,52 @@
 namespace tandem::checkpoint {
 namespace {
 
+enum class Rule { needs_override, never, reported };
+
 struct ComparedSetting {
   std::string_view pointer;   // into to_json(RunConfig)
   std::string_view argument;  // how the user sets it
-  bool overridable;
+  Rule rule;
 };
 
+constexpr Rule kOverride = Rule::needs_override;
+constexpr Rule kNever = Rule::never;
+constexpr Rule kReported = Rule::reported;
+
 constexpr std::array kComparedSettings{
-    ComparedSetting{"/schedule/lr", "--lr", true},
-    ComparedSetting{"/schedule/min_lr", "--min-lr", true},
-    ComparedSetting{"/schedule/lr_warmup_init", "--lr-warmup-init", true},
-    ComparedSetting{"/schedule/lr_decay_style", "--lr-decay-style", true},
-    ComparedSetting{"/schedule/lr_warmup_samples", "--lr-warmup-samples", true},
-    ComparedSetting{"/schedule/lr_decay_samples", "--lr-decay-samples", true},
-    ComparedSetting{"/schedule/weight_decay", "--weight-decay", true},
-    ComparedSetting{"/schedule/weight_decay_incr_style", "--weight-decay-incr-style", true},
-    ComparedSetting{"/schedule/start_weight_decay", "--start-weight-decay", true},
-    ComparedSetting{"/schedule/end_weight_decay", "--end-weight-decay", true},
-    ComparedSetting{"/schedule/wd_incr_samples", "--wd-incr-samples", true},
-    ComparedSetting{"/optimizer/adam_beta1", "--adam-beta1", true},
-    ComparedSetting{"/optimizer/adam_beta2", "--adam-beta2", true},
-    ComparedSetting{"/optimizer/adam_eps", "--adam-eps", true},
-    ComparedSetting{"/optimizer/clip_grad", "--clip-grad", true},
-    ComparedSetting{"/batch/global_batch_size", "--global-batch-size", true},
-    ComparedSetting{"/model/seq_length", "--seq-length", true},
-    ComparedSetting{"/model/num_layers", "--num-layers", false},
-    ComparedSetting{"/model/hidden_size", "--hidden-size", false},
-    ComparedSetting{"/model/ffn_hidden_size", "--ffn-hidden-size", false},
-    ComparedSetting{"/model/num_attention_heads", "--num-attention-heads", false},
-    ComparedSetting{"/model/num_query_groups", "--num-query-groups", false},
-    ComparedSetting{"/model/vocab_size", "--vocab-size", false},
-    ComparedSetting{"/model/padded_vocab_size", "--make-vocab-size-divisible-by", false},
-    ComparedSetting{"/model/add_bias_linear", "--add-bias-linear", false},
-    ComparedSetting{"/model/tie_embeddings", "--untie-embeddings-and-output-weights", false},
+    ComparedSetting{"/schedule/lr", "--lr", kOverride},
+    ComparedSetting{"/schedule/min_lr", "--min-lr", kOverride},
+    ComparedSetting{"/schedule/lr_warmup_init", "--lr-warmup-init", kOverride},
+    ComparedSetting{"/schedule/lr_decay_style", "--lr-decay-style", kOverride},
+    ComparedSetting{"/schedule/lr_warmup_samples", "--lr-warmup-samples", kOverride},
+    ComparedSetting{"/schedule/lr_decay_samples", "--lr-decay-samples", kOverride},
+    ComparedSetting{"/schedule/weight_decay", "--weight-decay", kOverride},
+    ComparedSetting{"/schedule/weight_decay_incr_style", "--weight-decay-incr-style", kOverride},
+    ComparedSetting{"/schedule/start_weight_decay", "--start-weight-decay", kOverride},
+    ComparedSetting{"/schedule/end_weight_decay", "--end-weight-decay", kOverride},
+    ComparedSetting{"/schedule/wd_incr_samples", "--wd-incr-samples", kOverride},
+    ComparedSetting{"/optimizer/adam_beta1", "--adam-beta1", kOverride},
+    ComparedSetting{"/optimizer/adam_beta2", "--adam-beta2", kOverride},
+    ComparedSetting{"/optimizer/adam_eps", "--adam-eps", kOverride},
+    ComparedSetting{"/optimizer/clip_grad", "--clip-grad", kOverride},
+    ComparedSetting{"/batch/global_batch_size", "--global-batch-size", kOverride},
+    ComparedSetting{"/model/seq_length", "--seq-length", kOverride},
+    ComparedSetting{"/model/num_layers", "--num-layers", kNever},
+    ComparedSetting{"/model/hidden_size", "--hidden-size", kNever},
+    ComparedSetting{"/model/ffn_hidden_size", "--ffn-hidden-size", kNever},
+    ComparedSetting{"/model/num_attention_heads", "--num-attention-heads", kNever},
+    ComparedSetting{"/model/num_query_groups", "--num-query-groups", kNever},
+    ComparedSetting{"/model/vocab_size", "--vocab-size", kNever},
+    ComparedSetting{"/model/padded_vocab_size", "--make-vocab-size-divisible-by", kNever},
+    ComparedSetting{"/model/add_bias_linear", "--add-bias-linear", kNever},
+    ComparedSetting{"/model/tie_embeddings", "--untie-embeddings-and-output-weights", kNever},
+    // What the next samples are (Megatron lets a run change its data on resume; so do we, and say so).
+    ComparedSetting{"/data/data_path", "--data-path", kReported},
+    ComparedSetting{"/data/split", "--split", kReported},
+    ComparedSetting{"/data/data_order", "--data-order", kReported},
+    ComparedSetting{"/data/packing", "--packing", kReported},
+    ComparedSetting{"/data/seed", "--seed", kReported},
+    ComparedSetting{"/data/loss_normalization", "--loss-normalization", kReported},
 };
 
 }  // namespace
@@ -61,9 +74,13 @@ std::vector<SettingChange> changed_resume_settings(const nlohmann::json& saved_r
     if (recorded && saved_run_config.at(pointer) == now) continue;
     changes.push_back({std::string(setting.argument),
                        recorded ? saved_run_config.at(pointer).dump() : "<absent>", now.dump(),
-                       setting.overridable});
+                       setting.rule == Rule::needs_override, setting.rule == Rule::reported});
   }
   return changes;
+}
+
+std::string describe(const SettingChange& change) {
+  return change.argument + " changed: the checkpoint's run had " + change.saved + ", this run has " + change.resumed;
 }
 
 std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run_config,
@@ -72,7 +89,7 @@ std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run
   std::vector<ConfigIssue> issues;
   std::vector<SettingChange> allowed;
   for (auto& change : changed_resume_settings(saved_run_config, resumed)) {
-    if (change.overridable && override_allowed) {
+    if (change.reported || (change.overridable && override_allowed)) {
       allowed.push_back(std::move(change));
       continue;
     }

@@ -1,6 +1,8 @@
 // The shared header record and progress line (run_support.hpp).
 #include "core/train/run_support.hpp"
 
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/resume_check.hpp"
 #include "core/train/exit_signal.hpp"
 
 #include <chrono>
@@ -55,6 +57,23 @@ std::string progress_line(const IterationRecord& record, std::int64_t total_iter
        << record.tokens_per_second << " tok/s";
   if (record.mfu) line << " | MFU " << std::setprecision(1) << 100.0 * *record.mfu << "%";
   return line.str();
+}
+
+std::vector<std::string> allowed_resume_changes(const RunConfig& config) {
+  if (config.checkpoint.load.empty()) return {};
+  checkpoint::LoadOptions manifest_only;
+  manifest_only.read_tensors = false;
+  const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(config.checkpoint.load, manifest_only);
+  std::vector<std::string> changes;
+  for (const auto& change : checkpoint::check_resume_settings(saved.run_config, config)) {
+    changes.push_back(checkpoint::describe(change));
+  }
+  return changes;
+}
+
+nlohmann::json resume_header_fields(const RunConfig& config) {
+  if (config.checkpoint.load.empty()) return nlohmann::json::object();
+  return {{"resume_changes", allowed_resume_changes(config)}};
 }
 
 std::string resolve_log_path(const RunConfig& config, const TrainOptions& options) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,15 @@ nlohmann::json header_record(const HeaderIdentity& identity, const RunConfig& co
 
 // "iter 3/10 | loss 5.1234 | lr 1.000e-03 | grad norm ... | 1234 tok/s" (plus MFU when known).
 std::string progress_line(const IterationRecord& record, std::int64_t total_iterations);
+
+// After a resume (--load): each setting that differs from the checkpoint's run and was allowed
+// (a data setting, or an optimizer/schedule one under --override-opt-param-scheduler), described
+// (core/checkpoint/resume_check.hpp), for the console and the log header's "resume_changes".
+// Empty without --load. Reads the checkpoint's manifest only.
+std::vector<std::string> allowed_resume_changes(const RunConfig& config);
+// {"resume_changes": [...]} for the log header of a resumed run; {} without --load (so a fresh
+// run's header is unchanged).
+nlohmann::json resume_header_fields(const RunConfig& config);
 
 // --log, or SAVE/log.jsonl with --save (creating SAVE), or empty for no log (SPEC 12).
 std::string resolve_log_path(const RunConfig& config, const TrainOptions& options);
