@@ -112,24 +112,12 @@ TEST_F(BlendCli, TheReferenceTrainsOnTheBlendItsLogNames) {
 }
 
 TEST_F(BlendCli, ResumeOfABlendedRunEqualsRunningStraightBitwise) {
-  const auto straight = root_ / "straight";
-  const auto resumed = root_ / "resumed";
-  ASSERT_EQ(run_tandem(reference({"--save", straight.string()})).exit_code, 0);
-  ASSERT_EQ(run_tandem(reference({"--save", resumed.string(), "--exit-interval", "3"})).exit_code, 0);
-  ASSERT_TRUE(fs::exists(resumed / "iter_0000003"));
-  ASSERT_FALSE(fs::exists(resumed / "iter_0000006"));
-  const auto result =
-      run_tandem(reference({"--save", resumed.string(), "--load", resumed.string()}), "", "2>&1");
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(bytes_of(straight / "iter_0000006" / file), bytes_of(resumed / "iter_0000006" / file))
-        << file;
-  }
-  const auto manifest = [](const fs::path& dir) {
-    return nlohmann::json::parse(bytes_of(dir / "iter_0000006" / "manifest.json"));
-  };
-  EXPECT_EQ(manifest(straight)["counters"], manifest(resumed)["counters"]);
-  EXPECT_EQ(manifest(resumed)["data_position"]["next_global_sample"], 24);
+  const auto resumed =
+      expect_resume_equals_straight("blend", [&](std::vector<std::string> extra) { return reference(extra); }, 3, 6);
+  const auto straight = root_ / "blend-straight";
+  EXPECT_EQ(nlohmann::json::parse(bytes_of(resumed / "iter_0000006" / "manifest.json"))["data_position"]
+                                 ["next_global_sample"],
+            24);
   // Negative control: the same run on web alone ends elsewhere.
   const auto web_only = root_ / "web_only";
   ASSERT_EQ(run_tandem(tiny_train({"--engine", "reference"},

@@ -77,23 +77,7 @@ TEST_F(TrainCli, AuditPassesOnARealLogAndRejectsATamperedOne) {
 }
 
 TEST_F(TrainCli, ResumeEqualsRunningStraightBitwise) {
-  const auto straight = root_ / "straight";
-  const auto resumed = root_ / "resumed";
-  ASSERT_EQ(run_tandem(tiny({"--save", straight.string()})).exit_code, 0);
-  ASSERT_EQ(run_tandem(tiny({"--save", resumed.string(), "--exit-interval", "4"})).exit_code, 0);
-  ASSERT_TRUE(fs::exists(resumed / "iter_0000004"));
-  ASSERT_FALSE(fs::exists(resumed / "iter_0000006"));
-  const auto result =
-      run_tandem(tiny({"--save", resumed.string(), "--load", resumed.string()}), "", "2>&1");
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(bytes_of(straight / "iter_0000006" / file), bytes_of(resumed / "iter_0000006" / file))
-        << file;
-  }
-  const auto manifest = [](const fs::path& dir) {
-    return nlohmann::json::parse(bytes_of(dir / "iter_0000006" / "manifest.json"));
-  };
-  EXPECT_EQ(manifest(straight)["counters"], manifest(resumed)["counters"]);
+  expect_resume_equals_straight("tiny", [&](std::vector<std::string> extra) { return tiny(extra); }, 4, 6);
 }
 
 // The reference engine runs the same loop in one process: SIGTERM to it stops the run after the

@@ -6,10 +6,15 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/files.hpp"
+#include "tests/support/run_tandem.hpp"
 
 namespace tandem::testing {
 
@@ -42,6 +47,44 @@ class TinyTrainCli : public ::testing::Test {
     arguments.insert(arguments.end(), model.begin(), model.end());
     arguments.insert(arguments.end(), extra.begin(), extra.end());
     return arguments;
+  }
+
+  // SPEC 9 through the binary: `arguments(extra)` builds a run's command line. The run goes
+  // straight to iteration `last` into ROOT/NAME-straight, and into ROOT/NAME-resumed it stops at
+  // `stop` (--exit-interval) and resumes with --load; the final checkpoints must hold the same
+  // tensor files, byte for byte, and the same counters. Returns the resumed save directory.
+  std::filesystem::path expect_resume_equals_straight(
+      const std::string& name, const std::function<std::vector<std::string>(std::vector<std::string>)>& arguments,
+      int stop, int last) const {
+    const auto straight = root_ / (name + "-straight");
+    const auto resumed = root_ / (name + "-resumed");
+    const auto stop_text = std::to_string(stop);
+    EXPECT_EQ(run_tandem(arguments({"--save", straight.string()}), "", "2>&1").exit_code, 0) << name;
+    const auto first = run_tandem(arguments({"--save", resumed.string(), "--exit-interval", stop_text}), "", "2>&1");
+    EXPECT_EQ(first.exit_code, 0) << name << ": " << first.output;
+    EXPECT_EQ(checkpoint_iterations(resumed), std::vector<std::string>{iteration_name(stop)}) << name;
+    const auto second = run_tandem(arguments({"--save", resumed.string(), "--load", resumed.string()}), "", "2>&1");
+    EXPECT_EQ(second.exit_code, 0) << name << ": " << second.output;
+    const auto final_name = iteration_name(last);
+    EXPECT_EQ(tensor_files_of(straight / final_name), tensor_files_of(resumed / final_name)) << name;
+    const auto counters = [&](const std::filesystem::path& dir) {
+      return nlohmann::json::parse(bytes_of(dir / final_name / "manifest.json"))["counters"];
+    };
+    EXPECT_EQ(counters(straight), counters(resumed)) << name;
+    return resumed;
+  }
+
+ private:
+  static std::string iteration_name(int iteration) {
+    std::string digits = std::to_string(iteration);
+    return "iter_" + std::string(7 - digits.size(), '0') + digits;
+  }
+  static std::vector<std::string> checkpoint_iterations(const std::filesystem::path& save) {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(save)) {
+      if (entry.path().filename().string().starts_with("iter_")) names.push_back(entry.path().filename().string());
+    }
+    return names;
   }
 };
 
