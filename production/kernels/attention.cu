@@ -20,6 +20,7 @@
 #include <climits>
 
 #include "production/cuda/kernel_support.cuh"
+#include "production/kernels/attention_common.cuh"
 #include "production/kernels/attention.hpp"
 #include "production/kernels/attention_tensor_core.hpp"
 
@@ -27,6 +28,7 @@ namespace tandem::production {
 namespace {
 
 using namespace cuda_detail;
+using namespace attention_detail;
 constexpr int kTile = 32;                          // queries and keys per tile
 constexpr int kThreads = 128;                      // 4 threads per tile row
 constexpr int kLanesPerRow = kThreads / kTile;     // 4
@@ -70,23 +72,6 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, int le
   return sum;
 }
 
-// attention_start of rows [first, first + kTile) into starts[] (INT_MAX past seq) and their
-// minimum into *earliest. Ends with a barrier.
-__device__ void load_starts(int* starts, int* earliest, const std::int32_t* attention_start, const Geometry& g,
-                            int sample, std::int64_t first) {
-  if (threadIdx.x < kTile) {
-    const std::int64_t t = first + threadIdx.x;
-    starts[threadIdx.x] = t < g.seq ? attention_start[static_cast<std::int64_t>(sample) * g.seq + t] : INT_MAX;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int minimum = INT_MAX;
-    for (int row = 0; row < kTile; ++row) minimum = min(minimum, starts[row]);
-    *earliest = minimum;
-  }
-  __syncthreads();
-}
-
 __device__ __forceinline__ float row_max(float value) {
   value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, 1));
   return fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, 2));
@@ -118,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(
   const std::int64_t t = q0 + r;
 
   load_tile(q_tile, query, g, sample, q0, head, g.heads);
-  load_starts(starts, &earliest, attention_start, g, sample, q0);
+  load_starts<kTile>(starts, &earliest, attention_start, g, sample, q0);
   const std::int64_t my_start = starts[r];
   float output[kDimsPerThread];
 #pragma unroll
@@ -179,27 +164,6 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(
   }
 }
 
-// D[row, head] = dctx . ctx in fp32, dimensions increasing (the host's D_t).
-template <class T>
-__global__ void attention_context_dot_kernel(const T* context, const T* context_grad, float* dots,
-                                             std::int64_t rows, int heads, int head_dim) {
-  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= rows * heads) return;
-  const std::int64_t base = index * head_dim;  // (row * heads + head) * head_dim
-  float sum = 0.0f;
-  for (int i = 0; i < head_dim; ++i) sum = add(sum, mul(load(context_grad, base + i), load(context, base + i)));
-  dots[index] = sum;
-}
-
-// Loads the per-row fp32 statistics (logsumexp or D) of rows [first, first + kTile), one head.
-__device__ void load_row_stats(float* tile, const float* source, const Geometry& g, int sample,
-                               std::int64_t first, int head) {
-  if (threadIdx.x < kTile) {
-    const std::int64_t t = first + threadIdx.x;
-    tile[threadIdx.x] = t < g.seq ? source[(static_cast<std::int64_t>(sample) * g.seq + t) * g.heads + head] : 0.0f;
-  }
-}
-
 template <class T>
 __global__ void __launch_bounds__(kThreads) attention_key_value_grad_kernel(
     const T* query, const T* key, const T* value, const T* context_grad, const float* logsumexp,
@@ -231,12 +195,12 @@ __global__ void __launch_bounds__(kThreads) attention_key_value_grad_kernel(
   for (int k = 0; k < kDimsPerThread; ++k) key_sum[k] = value_sum[k] = 0.0f;
   for (int head = group * g.heads_per_group; head < (group + 1) * g.heads_per_group; ++head) {
     for (std::int64_t q0 = k0; q0 < g.seq; q0 += kTile) {
-      load_starts(starts, &earliest, attention_start, g, sample, q0);
+      load_starts<kTile>(starts, &earliest, attention_start, g, sample, q0);
       if (earliest > last_key) continue;  // every row of this query tile starts after our keys
       load_tile(q_tile, query, g, sample, q0, head, g.heads);
       load_tile(dctx_tile, context_grad, g, sample, q0, head, g.heads);
-      load_row_stats(lse_tile, logsumexp, g, sample, q0, head);
-      load_row_stats(dot_tile, context_dots, g, sample, q0, head);
+      load_row_stats<kTile>(lse_tile, logsumexp, g, sample, q0, head);
+      load_row_stats<kTile>(dot_tile, context_dots, g, sample, q0, head);
       __syncthreads();
 #pragma unroll
       for (int j = 0; j < kScoresPerThread; ++j) {
@@ -306,9 +270,9 @@ __global__ void __launch_bounds__(kThreads) attention_query_grad_kernel(
 
   load_tile(q_tile, query, g, sample, q0, head, g.heads);
   load_tile(dctx_tile, context_grad, g, sample, q0, head, g.heads);
-  load_row_stats(lse_tile, logsumexp, g, sample, q0, head);
-  load_row_stats(dot_tile, context_dots, g, sample, q0, head);
-  load_starts(starts, &earliest, attention_start, g, sample, q0);
+  load_row_stats<kTile>(lse_tile, logsumexp, g, sample, q0, head);
+  load_row_stats<kTile>(dot_tile, context_dots, g, sample, q0, head);
+  load_starts<kTile>(starts, &earliest, attention_start, g, sample, q0);
   const std::int64_t my_start = starts[r];
   float query_sum[kDimsPerThread];
 #pragma unroll
@@ -431,9 +395,9 @@ void attention_backward_cuda(const AttentionBackwardParams& p, const CudaLaunch&
     const auto* key = static_cast<const T*>(p.key);
     const auto* value = static_cast<const T*>(p.value);
     const auto* context_grad = static_cast<const T*>(p.context_grad);
-    attention_context_dot_kernel<T><<<blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch)>>>(
+    context_dot_kernel<T><<<blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch)>>>(
         static_cast<const T*>(p.context), context_grad, context_dots, rows, g.heads, g.head_dim);
-    TANDEM_CUDA_CHECK_LAUNCH(attention_context_dot_kernel);
+    TANDEM_CUDA_CHECK_LAUNCH(context_dot_kernel);
     allow_shared_memory(attention_key_value_grad_kernel<T>, key_value_bytes);
     attention_key_value_grad_kernel<T><<<dim3(tiles, static_cast<unsigned int>(g.groups), samples), kThreads,
                                          key_value_bytes, stream_of(launch)>>>(

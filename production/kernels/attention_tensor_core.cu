@@ -34,12 +34,14 @@
 #include <type_traits>
 
 #include "production/cuda/kernel_support.cuh"
+#include "production/kernels/attention_common.cuh"
 #include "production/kernels/attention_tensor_core.hpp"
 
 namespace tandem::production {
 namespace {
 
 using namespace cuda_detail;
+using namespace attention_detail;
 constexpr int kThreads = 128;                  // 4 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 64;                      // queries a tile (16 per warp)
@@ -176,32 +178,6 @@ __device__ void load_tile(std::uint16_t* tile, const Bf16* source, const Geometr
   }
 }
 
-// attention_start of rows [first, first + 64) into starts[] (INT_MAX past seq: nothing allowed)
-// and their minimum into *earliest. Ends with a barrier.
-__device__ void load_starts(int* starts, int* earliest, const std::int32_t* attention_start, const Geometry& g,
-                            int sample, std::int64_t first) {
-  if (threadIdx.x < kRows) {
-    const std::int64_t t = first + threadIdx.x;
-    starts[threadIdx.x] = t < g.seq ? attention_start[static_cast<std::int64_t>(sample) * g.seq + t] : INT_MAX;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int minimum = INT_MAX;
-    for (int row = 0; row < kRows; ++row) minimum = min(minimum, starts[row]);
-    *earliest = minimum;
-  }
-  __syncthreads();
-}
-
-// The per-row fp32 statistics (logsumexp or D) of rows [first, first + 64), one head.
-__device__ void load_row_stats(float* stats, const float* source, const Geometry& g, int sample, std::int64_t first,
-                               int head) {
-  if (threadIdx.x < kRows) {
-    const std::int64_t t = first + threadIdx.x;
-    stats[threadIdx.x] = t < g.seq ? source[(static_cast<std::int64_t>(sample) * g.seq + t) * g.heads + head] : 0.0f;
-  }
-}
-
 // ---- kernels ------------------------------------------------------------------------------------
 
 template <int kHeadDim>
@@ -227,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Bf16* query, co
   const int row = warp * 16 + lane / 4;          // this thread's rows: row and row + 8 of the tile
 
   load_tile<kHeadDim>(q_tile, query, g, sample, q0, head, g.heads);
-  load_starts(starts, &earliest, attention_start, g, sample, q0);
+  load_starts<kRows>(starts, &earliest, attention_start, g, sample, q0);
   const std::int64_t t[2] = {q0 + row, q0 + row + 8};
   const int first[2] = {starts[row], starts[row + 8]};
   std::uint32_t q_fragment[kDimSteps][4];
@@ -342,18 +318,6 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Bf16* query, co
   }
 }
 
-// D[row, head] = dctx . ctx in fp32, dimensions increasing (the host's D_t; attention.cu's fp32
-// path has the same kernel for float storage).
-__global__ void context_dot_kernel(const Bf16* context, const Bf16* context_grad, float* dots, std::int64_t rows,
-                                   int heads, int head_dim) {
-  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= rows * heads) return;
-  const std::int64_t base = index * head_dim;  // (row * heads + head) * head_dim
-  float sum = 0.0f;
-  for (int i = 0; i < head_dim; ++i) sum = add(sum, mul(load(context_grad, base + i), load(context, base + i)));
-  dots[index] = sum;
-}
-
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads) key_value_grad_kernel(
     const Bf16* query, const Bf16* key, const Bf16* value, const Bf16* context_grad, const float* logsumexp,
@@ -392,12 +356,12 @@ __global__ void __launch_bounds__(kThreads) key_value_grad_kernel(
   for (int head = group * g.heads_per_group; head < (group + 1) * g.heads_per_group; ++head) {
     for (std::int64_t q0 = k0; q0 < g.seq; q0 += kRows) {
       __syncthreads();  // every warp is done with the previous query tile (and the K, V loads landed)
-      load_starts(starts, &earliest, attention_start, g, sample, q0);
+      load_starts<kRows>(starts, &earliest, attention_start, g, sample, q0);
       if (earliest > last_key) continue;  // every row of this query tile starts after our keys
       load_tile<kHeadDim>(q_tile, query, g, sample, q0, head, g.heads);
       load_tile<kHeadDim>(dctx_tile, context_grad, g, sample, q0, head, g.heads);
-      load_row_stats(lse_tile, logsumexp, g, sample, q0, head);
-      load_row_stats(dot_tile, context_dots, g, sample, q0, head);
+      load_row_stats<kRows>(lse_tile, logsumexp, g, sample, q0, head);
+      load_row_stats<kRows>(dot_tile, context_dots, g, sample, q0, head);
       __syncthreads();
 
       // Transposed scores S^T = K Q^T and dp^T = V dctx^T: [16 keys, 64 queries] of this warp.
@@ -501,9 +465,9 @@ __global__ void __launch_bounds__(kThreads) query_grad_kernel(
 
   load_tile<kHeadDim>(q_tile, query, g, sample, q0, head, g.heads);
   load_tile<kHeadDim>(dctx_tile, context_grad, g, sample, q0, head, g.heads);
-  load_row_stats(lse_tile, logsumexp, g, sample, q0, head);
-  load_row_stats(dot_tile, context_dots, g, sample, q0, head);
-  load_starts(starts, &earliest, attention_start, g, sample, q0);  // its barriers publish the loads
+  load_row_stats<kRows>(lse_tile, logsumexp, g, sample, q0, head);
+  load_row_stats<kRows>(dot_tile, context_dots, g, sample, q0, head);
+  load_starts<kRows>(starts, &earliest, attention_start, g, sample, q0);  // its barriers publish the loads
   const std::int64_t t[2] = {q0 + row, q0 + row + 8};
   const int first[2] = {starts[row], starts[row + 8]};
   const float lse[2] = {lse_tile[row], lse_tile[row + 8]};
@@ -668,7 +632,7 @@ void attention_backward_tensor_core(const AttentionBackwardParams& p, const Cuda
   const auto* key = static_cast<const Bf16*>(p.key);
   const auto* value = static_cast<const Bf16*>(p.value);
   const auto* context_grad = static_cast<const Bf16*>(p.context_grad);
-  context_dot_kernel<<<blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch)>>>(
+  context_dot_kernel<Bf16><<<blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch)>>>(
       static_cast<const Bf16*>(p.context), context_grad, context_dots, rows, g.heads, g.head_dim);
   TANDEM_CUDA_CHECK_LAUNCH(context_dot_kernel);
   const unsigned int tiles = blocks_for(p.shape.seq, kRows);
