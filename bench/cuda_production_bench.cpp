@@ -22,11 +22,11 @@
 // the backend's stream after a warm-up (the launch overhead, ~10 us, is inside each time); train
 // times are the iteration records' own (the trainer synchronizes before it stops its clock).
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -530,9 +530,13 @@ int train_main(int argc, char** argv) {
       }
       bench.device = device == "cuda" ? Device::cuda : Device::cpu;
     } else if ((argument == "--iterations" || argument == "--warmups") && has_value) {
-      const int value = std::atoi(argv[++i]);
-      if (value < (argument == "--iterations" ? 1 : 0)) {
-        std::fprintf(stderr, "error: %s = %s: must be an integer >= %d\n", argument.c_str(), argv[i], argument == "--iterations" ? 1 : 0);
+      const std::string text = argv[++i];
+      const int least = argument == "--iterations" ? 1 : 0;
+      int value = -1;
+      const auto [end, failure] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (failure != std::errc() || end != text.data() + text.size() || value < least) {
+        std::fprintf(stderr, "error: %s = %s: must be an integer >= %d; fix: e.g. %s %d\n", argument.c_str(),
+                     text.c_str(), least, argument.c_str(), least + 2);
         return 2;
       }
       (argument == "--iterations" ? bench.iterations : bench.warmups) = value;

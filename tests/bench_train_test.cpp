@@ -68,6 +68,8 @@ TEST(TrainBench, ABrokenTrainOptionIsRefusedBeforeAnythingRuns) {
   EXPECT_NE(result.output.find("--num-layers"), std::string::npos) << result.output;
   EXPECT_EQ(result.output.find("train-json"), std::string::npos) << result.output;
   EXPECT_EQ(testing::run_shell(testing::shell_quoted(TANDEM_PRODUCTION_BENCH) + " train --device tpu 2>&1").exit_code, 2);
+  EXPECT_EQ(run_bench("--iterations two").exit_code, 2);
+  EXPECT_EQ(run_bench("--iterations 0").exit_code, 2);
 }
 
 }  // namespace
