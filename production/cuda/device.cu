@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+
 namespace tandem::cuda {
 
 int device_count() {
@@ -22,6 +24,21 @@ std::string device_description(int index) {
   const double gib = static_cast<double>(properties.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0);
   return std::string(properties.name) + " (sm_" + std::to_string(properties.major) +
          std::to_string(properties.minor) + ", " + std::to_string(static_cast<int>(gib)) + " GiB)";
+}
+
+DeviceMemory device_memory(int index) {
+  DeviceMemory memory;
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  cudaError_t status = cudaSetDevice(index);
+  if (status == cudaSuccess) status = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("cudaMemGetInfo on device ") + std::to_string(index) + ": " +
+                             cudaGetErrorString(status));
+  }
+  memory.free_bytes = static_cast<std::int64_t>(free_bytes);
+  memory.total_bytes = static_cast<std::int64_t>(total_bytes);
+  return memory;
 }
 
 }  // namespace tandem::cuda

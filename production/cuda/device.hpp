@@ -2,6 +2,7 @@
 // callers then use the cpu backend and CUDA tests skip.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace tandem::cuda {
@@ -11,5 +12,15 @@ int device_count();
 
 // "NVIDIA H200 (sm_90, 139 GiB)" for device `index`, or the runtime's error text.
 std::string device_description(int index);
+
+// Device memory as the driver reports it (cudaMemGetInfo on device `index`): what every process
+// and context holds, the cuda backend's cudaMalloc'd buffers and the CUDA context included.
+struct DeviceMemory {
+  std::int64_t free_bytes = 0;
+  std::int64_t total_bytes = 0;
+  std::int64_t used_bytes() const { return total_bytes - free_bytes; }
+};
+// Throws std::runtime_error naming the CUDA error when the device does not answer.
+DeviceMemory device_memory(int index);
 
 }  // namespace tandem::cuda
