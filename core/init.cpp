@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+#include <thread>
 
 namespace tandem {
 
@@ -76,18 +77,34 @@ std::vector<float> initial_parameters_range(const ModelConfig& config, std::uint
                             std::to_string(end) + ") is not inside the flat buffer [0, " +
                             std::to_string(layout.total_elements) + ")");
   }
-  std::vector<float> values;  // [end - begin]
-  values.reserve(static_cast<std::size_t>(end - begin));
-  for (const ParameterTensor& tensor : layout.tensors) {
-    const std::int64_t first = std::max(begin, tensor.offset);
-    const std::int64_t last = std::min(end, tensor.offset + tensor.numel);
-    if (first >= last) continue;
-    const std::uint64_t stream = init_tensor_stream(seed, tensor.name);
-    for (std::int64_t flat = first; flat < last; ++flat) {
-      values.push_back(value_in_stream(tensor.init_kind, config.init_method_std, stream,
-                                       flat - tensor.offset));
+  std::vector<float> values(static_cast<std::size_t>(end - begin));  // [end - begin]
+  // Every element is a pure function of (seed, tensor, element), so chunks of the range fill on
+  // their own threads and the result is the same bits for any number of threads.
+  auto fill = [&](std::int64_t chunk_begin, std::int64_t chunk_end) {
+    for (const ParameterTensor& tensor : layout.tensors) {
+      const std::int64_t first = std::max(chunk_begin, tensor.offset);
+      const std::int64_t last = std::min(chunk_end, tensor.offset + tensor.numel);
+      if (first >= last) continue;
+      const std::uint64_t stream = init_tensor_stream(seed, tensor.name);
+      for (std::int64_t flat = first; flat < last; ++flat) {
+        values[static_cast<std::size_t>(flat - begin)] =
+            value_in_stream(tensor.init_kind, config.init_method_std, stream, flat - tensor.offset);
+      }
     }
+  };
+  constexpr std::int64_t kElementsPerThread = std::int64_t{1} << 22;  // below this, one thread
+  const std::int64_t count = end - begin;
+  const std::int64_t threads = std::clamp<std::int64_t>(
+      count / kElementsPerThread, 1, std::max<std::int64_t>(1, std::thread::hardware_concurrency()));
+  if (threads == 1) {
+    fill(begin, end);
+    return values;
   }
+  std::vector<std::jthread> workers;
+  for (std::int64_t t = 0; t < threads; ++t) {
+    workers.emplace_back(fill, begin + count * t / threads, begin + count * (t + 1) / threads);
+  }
+  workers.clear();  // joins
   return values;
 }
 

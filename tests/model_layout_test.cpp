@@ -194,6 +194,29 @@ TEST(Initialization, ValuesDependOnlyOnSeedTensorAndElement) {
   }
 }
 
+// A model large enough that the buffer fills on several threads (core/init.cpp): every element
+// is still the one initial_value names, including those at the chunks' edges.
+TEST(Initialization, ALargeBufferFilledOnThreadsHoldsEveryElementsOwnValue) {
+  ModelConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 512;
+  config.ffn_hidden_size = 2048;
+  config.num_attention_heads = 8;
+  config.num_query_groups = 8;
+  const ModelLayout layout = make_model_layout(config);
+  ASSERT_GT(layout.total_elements, std::int64_t{2} << 22) << "below the threaded size";
+  const std::vector<float> values = initial_parameters(config, 11);
+  std::int64_t differing = 0;
+  for (const ParameterTensor& tensor : layout.tensors) {
+    for (std::int64_t i = 0; i < tensor.numel; ++i) {
+      const float expected = initial_value(tensor, config.init_method_std, 11, i);
+      differing += std::bit_cast<std::uint32_t>(values[static_cast<std::size_t>(tensor.offset + i)]) !=
+                   std::bit_cast<std::uint32_t>(expected);
+    }
+  }
+  EXPECT_EQ(differing, 0);
+}
+
 RC_GTEST_PROP(Initialization, AnyShardRangeEqualsTheSameSliceOfTheWholeBuffer, ()) {
   ModelConfig config;
   config.tie_embeddings = *rc::gen::arbitrary<bool>();
