@@ -601,7 +601,7 @@ std::vector<PropertyEntry> make_properties() {
         Mutant::eps_inside_sqrt, Mutant::bias_correction_off_by_one,
         Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
         Mutant::positions_not_reset, Mutant::unreduced_gradients,
-        Mutant::rank_local_loss_denominator}});
+        Mutant::rank_local_loss_denominator, Mutant::shard_local_norm}});
   entries.push_back(
       {"TrainingOutputsMatchTheReference",
        "the twin under test's training outputs alone (no sample inspection) equal the reference's",

@@ -284,7 +284,8 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::cross_document_attention:
     case Mutant::positions_not_reset: break;  // data-side
     case Mutant::unreduced_gradients:
-    case Mutant::rank_local_loss_denominator: break;  // production-side
+    case Mutant::rank_local_loss_denominator:
+    case Mutant::shard_local_norm: break;  // production-side
   }
   return m;
 }
@@ -301,7 +302,7 @@ std::vector<Mutant> all_mutants() {
           Mutant::eps_inside_sqrt,            Mutant::bias_correction_off_by_one,
           Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
           Mutant::positions_not_reset,        Mutant::unreduced_gradients,
-          Mutant::rank_local_loss_denominator};
+          Mutant::rank_local_loss_denominator, Mutant::shard_local_norm};
 }
 
 std::string to_string(Mutant mutant) {
@@ -317,6 +318,7 @@ std::string to_string(Mutant mutant) {
     case Mutant::positions_not_reset: return "positions_not_reset";
     case Mutant::unreduced_gradients: return "unreduced_gradients";
     case Mutant::rank_local_loss_denominator: return "rank_local_loss_denominator";
+    case Mutant::shard_local_norm: return "shard_local_norm";
   }
   return "?";
 }
@@ -401,7 +403,8 @@ std::vector<TwinKind> twins_under_test() {
 }
 
 bool is_production_side(Mutant mutant) {
-  return mutant == Mutant::unreduced_gradients || mutant == Mutant::rank_local_loss_denominator;
+  return mutant == Mutant::unreduced_gradients || mutant == Mutant::rank_local_loss_denominator ||
+         mutant == Mutant::shard_local_norm;
 }
 
 TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
@@ -410,6 +413,7 @@ TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
     production::TestSwitches::Mutants mutants;
     mutants.unreduced_gradients = mutant == Mutant::unreduced_gradients;
     mutants.rank_local_loss_denominator = mutant == Mutant::rank_local_loss_denominator;
+    mutants.shard_local_norm = mutant == Mutant::shard_local_norm;
     TwinKind kind = production_twin(false);
     kind.name = "mutant-" + to_string(mutant);
     kind.description = "production trainer (cpu, 2 ranks) with the mutant " + to_string(mutant);

@@ -88,6 +88,7 @@ enum class Mutant {
   positions_not_reset,
   unreduced_gradients,          // production: each rank updates with its own gradient
   rank_local_loss_denominator,  // production: per-token scale by the rank's own loss tokens
+  shard_local_norm,             // production: each rank clips by its own shard's norm
 };
 std::vector<Mutant> all_mutants();
 std::string to_string(Mutant mutant);  // "eps_inside_sqrt"

@@ -428,6 +428,14 @@ IterationRecord Trainer::run_iteration() {
   for (const double block : all_gather_values(*collectives_, norm_blocks_.download())) sum_of_squares += block;
   const double grad_norm = std::sqrt(sum_of_squares);
   record.grad_norm = grad_norm;
+  // The norm the clip coefficient divides by. Test-only mutant: this rank's shard's norm (the
+  // skip decision keeps the global norm, so the ranks still make the same collective calls).
+  double clip_norm = grad_norm;
+  if (options_.switches.mutants.shard_local_norm) {
+    double own = 0.0;
+    for (const double block : norm_blocks_.download()) own += block;
+    clip_norm = std::sqrt(own);
+  }
 
   // The scheduler holds n = successful updates x GBS (SPEC 8).
   const double lr = learning_rate<double>(config_.schedule, counters_.scheduler_samples);
@@ -441,7 +449,7 @@ IterationRecord Trainer::run_iteration() {
     // 6. SPEC 6: coeff = clip / (norm + 1e-6), applied when below 1.
     double clip_coeff = 1.0;
     if (config_.optimizer.clip_grad > 0.0) {
-      const double coeff = config_.optimizer.clip_grad / (grad_norm + kClipNormEpsilon);
+      const double coeff = config_.optimizer.clip_grad / (clip_norm + kClipNormEpsilon);
       if (coeff < 1.0) {
         clip_coeff = coeff;
         record.clipped = true;

@@ -51,6 +51,7 @@ struct TestSwitches {
   struct Mutants {
     bool unreduced_gradients = false;      // each rank updates with its own gradient only
     bool rank_local_loss_denominator = false;  // per-token: divide by this rank's loss tokens
+    bool shard_local_norm = false;         // clip by this rank's shard's norm, not the global one
   } mutants;
 };
 
