@@ -511,10 +511,10 @@ void print_plan(std::ostream& out, const Plan& plan) {
   row("split", config.data.split.empty() ? "all documents train" : config.data.split);
   const EvaluationConfig& evaluation = config.evaluation;
   if (!evaluation.evaluates()) {
-    row("validation (--eval-iters, --eval-interval)",
+    row("validation (--eval-*)",
         "none (needs a validation part in --split and --eval-iters > 0)");
   } else {
-    row("validation (--eval-iters, --eval-interval)",
+    row("validation (--eval-*)",
         grouped(evaluation.eval_iters) + " batches = " +
             grouped(evaluation.eval_iters * config.batch.global_batch_size) + " samples " +
             (evaluation.eval_interval > 0

@@ -473,6 +473,18 @@ TEST_F(EvaluationCli, EvaluationWithoutAValidationSplitIsAClearErrorWithExitTwo)
             std::string::npos) << result.output;
 }
 
+TEST_F(EvaluationCli, PlanPrintsTheEvaluationSettings) {
+  const std::vector<std::string> run = with(small_run(), {"--split", "90,10,0", "--eval-interval", "2", "--eval-iters", "3"});
+  const auto text = testing::run_tandem(with({"plan"}, run), "", "2>&1");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("3 batches = 12 samples every 2 updates and at the end"), std::string::npos) << text.output;
+  const auto plan_json = testing::run_tandem(with({"plan", "--json"}, run), "", "2>/dev/null");
+  ASSERT_EQ(plan_json.exit_code, 0) << plan_json.output;
+  EXPECT_EQ(json::parse(plan_json.output).at("config").at("evaluation").at("eval_iters"), 3);
+  const auto without = testing::run_tandem(with({"plan"}, small_run()), "", "2>&1");
+  EXPECT_NE(without.output.find("none (needs a validation part in --split"), std::string::npos) << without.output;
+}
+
 TEST_F(EvaluationCli, AuditReadsALogWithEvaluationRecords) {
   const auto log = root_ / "audited.jsonl";
   const auto result = testing::run_tandem(
