@@ -312,6 +312,17 @@ void add_run_options(CLI::App& app, RunArguments& args) {
   app.add_flag("--override-opt-param-scheduler", v.checkpoint.override_opt_param_scheduler,
                "allow a changed optimizer or schedule setting on resume")->group(checkpoint);
 
+  const std::string evaluation = "Validation (Megatron's evaluation; docs/DATA.md section 12)";
+  app.add_option("--eval-interval", v.evaluation.eval_interval,
+                 "iterations between evaluations of the validation split (0 = only at the end "
+                 "of training; needs a validation part in --split)")
+      ->capture_default_str()->group(evaluation);
+  app.add_option("--eval-iters", v.evaluation.eval_iters,
+                 "global batches of the validation split per evaluation (0 = no evaluation; "
+                 "takes effect only when --split gives the validation part a weight, e.g. "
+                 "--split 969,30,1)")
+      ->capture_default_str()->group(evaluation);
+
   // A repeated option takes its last value, as Megatron's argparse does, so a pasted fragment can
   // be followed by overrides. --data-path is the one list-valued option.
   for (CLI::Option* option : app.get_options()) {
@@ -689,6 +700,32 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   checker.check(config.checkpoint.save_interval >= 0, "--save-interval",
                 text(config.checkpoint.save_interval), "must be >= 0",
                 "use 0 to save only at the end");
+
+  // Evaluation (Megatron's --eval-interval, --eval-iters): only with a validation part in --split.
+  auto& evaluation = config.evaluation;
+  checker.check(evaluation.eval_interval >= 0, "--eval-interval", text(evaluation.eval_interval),
+                "must be >= 0", "use 0 to evaluate only at the end of training");
+  checker.check(evaluation.eval_iters >= 0, "--eval-iters", text(evaluation.eval_iters),
+                "must be >= 0", "use 0 for no evaluation");
+  checker.throw_if_any();
+  const bool has_validation_split =
+      !config.data.split.empty() && data::parse_split_weights(config.data.split)[1] > 0.0;
+  if (!has_validation_split) {
+    const std::string why = config.data.split.empty()
+                                ? "without --split every sequence trains, so there is no "
+                                  "validation split to evaluate"
+                                : "--split " + config.data.split +
+                                      " gives the validation split (its second part) weight 0";
+    const std::string fix = "give the validation part a weight, e.g. --split 969,30,1, or drop it";
+    checker.check(!(args.given("--eval-iters") && evaluation.eval_iters > 0), "--eval-iters",
+                  text(evaluation.eval_iters), "asks for evaluation, but " + why, fix);
+    checker.check(!(args.given("--eval-interval") && evaluation.eval_interval > 0),
+                  "--eval-interval", text(evaluation.eval_interval),
+                  "asks for evaluation, but " + why, fix);
+    checker.throw_if_any();
+    evaluation.eval_iters = 0;  // nothing to evaluate: Megatron's do_valid is false
+  }
+  if (!evaluation.evaluates()) evaluation.eval_interval = 0;
   checker.throw_if_any();
   return config;
 }

@@ -100,6 +100,13 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
        {{"save", c.save}, {"load", c.load}, {"save_interval", c.save_interval},
         {"override_opt_param_scheduler", c.override_opt_param_scheduler}}},
   };
+  // Only a run that evaluates records its evaluation settings, so the configuration of every
+  // other run (log headers, checkpoints, the golden fixtures) reads as it always has.
+  if (config.evaluation.evaluates()) {
+    out["evaluation"] = {{"eval_interval", config.evaluation.eval_interval},
+                         {"eval_iters", config.evaluation.eval_iters},
+                         {"split", "valid"}};
+  }
 }
 
 }  // namespace tandem

@@ -115,6 +115,20 @@ struct CheckpointConfig {
   bool override_opt_param_scheduler = false;  // allow changed optimizer/schedule on resume
 };
 
+// Validation during training (Megatron's --eval-interval, --eval-iters; docs/DATA.md section 12).
+// Evaluation runs only when --split gives the validation part a weight > 0 and eval_iters > 0;
+// build_run_config sets eval_iters to 0 otherwise, so evaluates() is the one test.
+struct EvaluationConfig {
+  // Iterations between evaluations: after iteration k when k % eval_interval == 0. 0 = none
+  // during training (Megatron Core 0.19's default: unset); the end of training still evaluates.
+  std::int64_t eval_interval = 0;
+  // Global batches (of global_batch_size samples) of the validation split per evaluation. The
+  // default is Megatron's 100; it takes effect only with a validation part in --split.
+  std::int64_t eval_iters = 100;
+
+  bool evaluates() const { return eval_iters > 0; }
+};
+
 // What a token-denominated request became after rounding to whole updates (SPEC 11: the budget
 // rounds down, the warmup up). Absent when the run was given in samples or iterations.
 struct TokenRounding {
@@ -130,6 +144,7 @@ struct RunConfig {
   ScheduleConfig schedule;
   DataConfig data;
   CheckpointConfig checkpoint;
+  EvaluationConfig evaluation;
   TokenRounding token_rounding;
 
   std::int64_t microbatches_per_replica() const {

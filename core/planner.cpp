@@ -509,6 +509,18 @@ void print_plan(std::ostream& out, const Plan& plan) {
     }
   }
   row("split", config.data.split.empty() ? "all documents train" : config.data.split);
+  const EvaluationConfig& evaluation = config.evaluation;
+  if (!evaluation.evaluates()) {
+    row("validation (--eval-*)",
+        "none (needs a validation part in --split and --eval-iters > 0)");
+  } else {
+    row("validation (--eval-*)",
+        grouped(evaluation.eval_iters) + " batches = " +
+            grouped(evaluation.eval_iters * config.batch.global_batch_size) + " samples " +
+            (evaluation.eval_interval > 0
+                 ? "every " + grouped(evaluation.eval_interval) + " updates and at the end"
+                 : "at the end only"));
+  }
 
   out << "\nTraining length (SPEC 2, 11)\n";
   row("updates", grouped(plan.total_updates));

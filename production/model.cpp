@@ -215,7 +215,11 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
   const std::int64_t d = config_.hidden_size;
   const std::int64_t vocab = config_.padded_vocab_size;
   const void* output_weight = weight_at(weights, layout_.output);  // [V, d]
-  void* logits_grad = compute_ == DType::f32 ? static_cast<void*>(logits_.data()) : logits_grad_.data();
+  // main_grads == nullptr: loss only (forward_loss); the kernel stores no gradient.
+  const bool loss_only = main_grads == nullptr;
+  void* logits_grad = loss_only                ? nullptr
+                      : compute_ == DType::f32 ? static_cast<void*>(logits_.data())
+                                               : logits_grad_.data();
   for (std::int64_t first = 0; first < rows_; first += chunk_rows_) {
     const std::int64_t chunk = std::min(chunk_rows_, rows_ - first);
     GemmParams logits;  // [chunk, V] fp32 = [chunk, d] x [V, d]^T
@@ -239,6 +243,7 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
     loss.loss_scale = loss_scale;
     loss.grad_dtype = compute_;
     backend_.cross_entropy(loss);
+    if (loss_only) continue;
 
     GemmParams data_grad;  // [chunk, d] = [chunk, V] x [V, d]
     data_grad.m = chunk;
@@ -347,6 +352,13 @@ void DecoderModel::forward_backward(const std::vector<Sample>& samples, const vo
   forward(compute_weights);
   loss_and_output_backward(compute_weights, loss_scale, main_grads, row_losses);
   backward(compute_weights, main_grads);
+}
+
+void DecoderModel::forward_loss(const std::vector<Sample>& samples, const void* compute_weights,
+                                float* row_losses) {
+  upload_inputs(samples);
+  forward(compute_weights);
+  loss_and_output_backward(compute_weights, 0.0f, nullptr, row_losses);
 }
 
 }  // namespace tandem::production

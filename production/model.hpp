@@ -55,12 +55,18 @@ class DecoderModel {
   void forward_backward(const std::vector<Sample>& samples, const void* compute_weights,
                         float loss_scale, float* main_grads, float* row_losses);
 
+  // Forward only (evaluation): the same row_losses [mbs*seq] as forward_backward, bit for bit,
+  // through the loss-only cross-entropy; no gradient is computed or touched.
+  void forward_loss(const std::vector<Sample>& samples, const void* compute_weights,
+                    float* row_losses);
+
   std::int64_t rows() const { return rows_; }
   std::int64_t logits_chunk_rows() const { return chunk_rows_; }
 
  private:
   void upload_inputs(const std::vector<Sample>& samples);
   void forward(const void* weights);
+  // main_grads == nullptr: the loss alone (forward_loss).
   void loss_and_output_backward(const void* weights, float loss_scale, float* main_grads,
                                 float* row_losses);
   void backward(const void* weights, float* main_grads);

@@ -40,6 +40,12 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   ranks.barrier();
   if (!lead) data_path = data::resolve_data_path(config, options.data_cache);
   const auto source = data::open_training_samples_at(data_path, config);
+  // The validation split (docs/DATA.md section 12), opened only when the run evaluates.
+  SampleProvider validation;
+  if (config.evaluation.evaluates()) {
+    const auto valid = data::open_training_samples_at(data_path, config, data::DatasetSplit::valid);
+    validation = [valid](std::int64_t index) { return valid->sample(index); };
+  }
   ProductionOptions production;
   production.device = choose_device(options.device);
   production.device_index = production.device == Device::cuda ? ranks.local_rank : 0;
@@ -106,12 +112,17 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
         << trainer.collectives().description() << "; "
         << (trainer.distributed_optimizer() ? "distributed" : "replicated") << " optimizer)";
   }
-  out << "\ndata: " << source->summary() << "\n";
+  out << "\ndata: " << source->summary() << "\n" << evaluation_summary(config);
 
   IterationDriver driver;
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };
   driver.counters = [&trainer] { return trainer.counters(); };
   if (saving) driver.save = save;
+  if (validation) {
+    driver.evaluate = [&trainer, &validation, &config] {
+      return trainer.evaluate(validation, config.evaluation.eval_iters);
+    };
+  }
   driver.any_rank = [&trainer](bool flag) {
     const double mine = flag ? 1.0 : 0.0;
     const std::vector<double> all = all_gather_values(trainer.collectives(), std::span(&mine, 1));

@@ -157,15 +157,68 @@ const void* Trainer::compute_weights() const {
                                       : compute_weights_.data();
 }
 
-std::vector<Sample> Trainer::microbatch_samples(std::int64_t microbatch) const {
+std::vector<Sample> Trainer::microbatch_samples(const SampleProvider& source, std::int64_t consumed,
+                                                std::int64_t microbatch) const {
   const std::int64_t mbs = config_.batch.micro_batch_size;
   const std::int64_t ranks = collectives_->size();
   // SPEC 2: microbatch m on DP rank r takes consumed + m*mbs*DP + r*mbs + [0, mbs).
-  const std::int64_t first = counters_.consumed_samples + microbatch * mbs * ranks + collectives_->rank() * mbs;
+  const std::int64_t first = consumed + microbatch * mbs * ranks + collectives_->rank() * mbs;
   std::vector<Sample> batch;
   batch.reserve(static_cast<std::size_t>(mbs));
-  for (std::int64_t j = 0; j < mbs; ++j) batch.push_back(samples_(first + j));
+  for (std::int64_t j = 0; j < mbs; ++j) batch.push_back(source(first + j));
   return batch;
+}
+
+double Trainer::global_loss_sum(double partial) const {
+  // SPEC 5: each microbatch's rows summed in double, in order, then the microbatches in global
+  // order (m, then rank), whatever the DP size, added to `partial` one by one.
+  const std::int64_t microbatches = config_.microbatches_per_replica();
+  const std::int64_t ranks = collectives_->size();
+  const std::int64_t rows = model_->rows();
+  const std::vector<float> row_losses = row_losses_.download();  // [microbatches * rows]
+  std::vector<double> microbatch_losses(static_cast<std::size_t>(microbatches), 0.0);
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    for (std::int64_t row = 0; row < rows; ++row) {
+      microbatch_losses[static_cast<std::size_t>(m)] += static_cast<double>(row_losses[static_cast<std::size_t>(m * rows + row)]);
+    }
+  }
+  const std::vector<double> all_losses = all_gather_values(*collectives_, microbatch_losses);  // [DP, M]
+  double loss_sum = partial;
+  for (std::int64_t m = 0; m < microbatches; ++m) {
+    for (std::int64_t r = 0; r < ranks; ++r) loss_sum += all_losses[static_cast<std::size_t>(r * microbatches + m)];
+  }
+  return loss_sum;
+}
+
+EvaluationRecord Trainer::evaluate(const SampleProvider& validation, std::int64_t batches) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::int64_t gbs = config_.batch.global_batch_size;
+  const std::int64_t microbatches = config_.microbatches_per_replica();
+  const std::int64_t rows = model_->rows();
+  EvaluationRecord record;
+  record.iteration = counters_.iteration;
+  // One running sum over every batch's microbatches in order (batch, m, rank), as the reference
+  // sums, and as training sums one global batch that held all of them.
+  double loss_sum = 0.0;
+  for (std::int64_t batch = 0; batch < batches; ++batch) {
+    double local_loss_tokens = 0.0;  // integers far below 2^53: exact
+    for (std::int64_t m = 0; m < microbatches; ++m) {
+      const auto samples = microbatch_samples(validation, counters_.consumed_valid_samples, m);
+      for (const Sample& sample : samples) local_loss_tokens += static_cast<double>(sample.loss_tokens);
+      model_->forward_loss(samples, compute_weights(), row_losses_.at(m * rows));
+    }
+    loss_sum = global_loss_sum(loss_sum);
+    for (const double tokens : all_gather_values(*collectives_, std::span(&local_loss_tokens, 1))) {
+      record.loss_tokens += static_cast<std::int64_t>(tokens);
+    }
+    counters_.consumed_valid_samples += gbs;  // Megatron: per evaluation batch
+    record.samples += gbs;
+  }
+  record.loss = record.loss_tokens > 0 ? loss_sum / static_cast<double>(record.loss_tokens) : 0.0;
+  record.ppl = evaluation_perplexity(record.loss);
+  record.consumed_valid_samples = counters_.consumed_valid_samples;
+  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return record;
 }
 
 // SPEC 1 "reduction over replicas" as a ring reduce-scatter: in step k = 1 .. DP-1 rank r sends
@@ -341,7 +394,7 @@ IterationRecord Trainer::run_iteration() {
   enum Slot : std::size_t { kInputTokens, kLossTokens, kPadTokens, kModelFlops, kSlots };
   std::vector<double> local_counts(kSlots, 0.0);
   for (std::int64_t m = 0; m < microbatches; ++m) {
-    batch[static_cast<std::size_t>(m)] = microbatch_samples(m);
+    batch[static_cast<std::size_t>(m)] = microbatch_samples(samples_, counters_.consumed_samples, m);
     for (const Sample& sample : batch[static_cast<std::size_t>(m)]) {
       local_counts[kInputTokens] += static_cast<double>(sample.input_tokens);
       local_counts[kLossTokens] += static_cast<double>(sample.loss_tokens);
@@ -398,20 +451,8 @@ IterationRecord Trainer::run_iteration() {
     last_gradient_ = main_grads_.download(0, shards_.total);
   }
 
-  // SPEC 5: the logged loss is the global token-weighted mean: each microbatch's rows summed in
-  // double, in order, then the microbatches in global order (m, then rank), whatever the DP size.
-  const std::vector<float> row_losses = row_losses_.download();  // [microbatches * rows]
-  std::vector<double> microbatch_losses(static_cast<std::size_t>(microbatches), 0.0);
-  for (std::int64_t m = 0; m < microbatches; ++m) {
-    for (std::int64_t row = 0; row < rows; ++row) {
-      microbatch_losses[static_cast<std::size_t>(m)] += static_cast<double>(row_losses[static_cast<std::size_t>(m * rows + row)]);
-    }
-  }
-  const std::vector<double> all_losses = all_gather_values(*collectives_, microbatch_losses);  // [DP, M]
-  double loss_sum = 0.0;
-  for (std::int64_t m = 0; m < microbatches; ++m) {
-    for (std::int64_t r = 0; r < ranks; ++r) loss_sum += all_losses[static_cast<std::size_t>(r * microbatches + m)];
-  }
+  // SPEC 5: the logged loss is the global token-weighted mean.
+  const double loss_sum = global_loss_sum(0.0);
   last_loss_sum_ = loss_sum;
   double loss = global_loss_tokens > 0 ? loss_sum / static_cast<double>(global_loss_tokens) : 0.0;
   if (options_.switches.nonfinite_loss_iterations.count(record.iteration) != 0) {

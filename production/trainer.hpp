@@ -99,6 +99,15 @@ class Trainer {
   const RunConfig& config() const { return config_; }
   const ModelLayout& layout() const { return layout_; }
   const Counters& counters() const { return counters_; }
+
+  // Evaluation of the validation split (docs/DATA.md section 12), the reference's evaluate on
+  // this backend: `batches` forward-only global batches of `validation` from
+  // counters().consumed_valid_samples on, each rank reading its microbatches in SPEC 2's order;
+  // the masked CE summed as training sums its loss (rows in double, then microbatches m then
+  // rank) in one running sum over the batches in order, / their loss tokens. The fused cross-entropy runs loss-only: no
+  // gradient is computed. Advances consumed_valid_samples by batches x GBS; nothing else changes.
+  // Collective: every rank calls it together; the record is the same on each.
+  EvaluationRecord evaluate(const SampleProvider& validation, std::int64_t batches);
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
   DType compute_dtype() const { return compute_; }
@@ -135,7 +144,12 @@ class Trainer {
   double last_loss_sum() const { return last_loss_sum_; }
 
  private:
-  std::vector<Sample> microbatch_samples(std::int64_t microbatch) const;
+  // This rank's samples of microbatch m of the global batch after `consumed` samples (SPEC 2).
+  std::vector<Sample> microbatch_samples(const SampleProvider& source, std::int64_t consumed,
+                                         std::int64_t microbatch) const;
+  // `partial` + the global batch's masked CE terms from row_losses_, added in SPEC 5's order
+  // (collective).
+  double global_loss_sum(double partial) const;
   void reduce_gradients();
   void publish_compute_weights();
   const void* compute_weights() const;

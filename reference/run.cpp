@@ -15,6 +15,7 @@
 
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/data/packing.hpp"
+#include "core/data/training_data.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/audit_selection.hpp"
 #include "core/train/records.hpp"
@@ -27,8 +28,15 @@ namespace {
 
 template <class Real>
 RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std::ostream& out) {
-  const auto data = open_training_data(config, options);
+  const auto data_path = data::resolve_data_path(config, options.data_cache);
+  const auto data = data::open_training_samples_at(data_path, config);
   const auto samples = [data](std::int64_t index) { return data->sample(index); };
+  // The validation split (docs/DATA.md section 12), opened only when the run evaluates.
+  SampleProvider validation;
+  if (config.evaluation.evaluates()) {
+    const auto valid = data::open_training_samples_at(data_path, config, data::DatasetSplit::valid);
+    validation = [valid](std::int64_t index) { return valid->sample(index); };
+  }
   TestSwitches switches;
   switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
   switches.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
@@ -82,12 +90,17 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
       << trainer.layout().total_elements << " parameters, " << total_iterations
       << " iterations of " << config.batch.global_batch_size << " samples x "
       << config.model.seq_length << " tokens\n"
-      << "data: " << data->summary() << "\n";
+      << "data: " << data->summary() << "\n" << evaluation_summary(config);
 
   IterationDriver driver;
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };
   driver.counters = [&trainer] { return trainer.state().counters; };
   if (saving) driver.save = save;
+  if (validation) {
+    driver.evaluate = [&trainer, &validation, &config] {
+      return trainer.evaluate(validation, config.evaluation.eval_iters);
+    };
+  }
   return drive_iterations(config, options, resumed_iteration, driver, log, out);
 }
 

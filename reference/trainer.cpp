@@ -33,17 +33,48 @@ Trainer<Real>::Trainer(const RunConfig& config, SampleProvider samples, TestSwit
 }
 
 template <class Real>
-std::vector<Sample> Trainer<Real>::microbatch_samples(std::int64_t microbatch,
+std::vector<Sample> Trainer<Real>::microbatch_samples(const SampleProvider& source,
+                                                      std::int64_t consumed,
+                                                      std::int64_t microbatch,
                                                       std::int64_t replica) const {
   const std::int64_t mbs = config_.batch.micro_batch_size;
   const std::int64_t dp = config_.parallel.data_parallel;
   // SPEC 2: microbatch m on DP rank r takes consumed + m*mbs*DP + r*mbs + [0, mbs).
-  const std::int64_t first =
-      state_.counters.consumed_samples + microbatch * mbs * dp + replica * mbs;
+  const std::int64_t first = consumed + microbatch * mbs * dp + replica * mbs;
   std::vector<Sample> batch;
   batch.reserve(static_cast<std::size_t>(mbs));
-  for (std::int64_t j = 0; j < mbs; ++j) batch.push_back(samples_(first + j));
+  for (std::int64_t j = 0; j < mbs; ++j) batch.push_back(source(first + j));
   return batch;
+}
+
+template <class Real>
+EvaluationRecord Trainer<Real>::evaluate(const SampleProvider& validation, std::int64_t batches) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::int64_t gbs = config_.batch.global_batch_size;
+  const std::int64_t dp = config_.parallel.data_parallel;
+  const std::int64_t microbatches = config_.microbatches_per_replica();
+  auto& counters = state_.counters;
+  EvaluationRecord record;
+  record.iteration = counters.iteration;
+  Real loss_sum = Real(0);  // over every batch, microbatches in training's order (m, then r)
+  for (std::int64_t batch = 0; batch < batches; ++batch) {
+    for (std::int64_t m = 0; m < microbatches; ++m) {
+      for (std::int64_t r = 0; r < dp; ++r) {
+        const auto samples = microbatch_samples(validation, counters.consumed_valid_samples, m, r);
+        const auto result = forward_loss<Real>(config_.model, layout_, state_.params, samples);
+        loss_sum += result.masked_loss_sum;
+        record.loss_tokens += result.loss_tokens;
+      }
+    }
+    counters.consumed_valid_samples += gbs;  // Megatron: per evaluation batch
+    record.samples += gbs;
+  }
+  last_evaluation_loss_ = record.loss_tokens > 0 ? loss_sum / Real(record.loss_tokens) : Real(0);
+  record.loss = static_cast<double>(last_evaluation_loss_);
+  record.ppl = evaluation_perplexity(record.loss);
+  record.consumed_valid_samples = counters.consumed_valid_samples;
+  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return record;
 }
 
 template <class Real>
@@ -64,7 +95,8 @@ IterationRecord Trainer<Real>::run_iteration() {
   std::int64_t global_loss_tokens = 0;
   for (std::int64_t m = 0; m < microbatches; ++m) {
     for (std::int64_t r = 0; r < dp; ++r) {
-      batch[static_cast<std::size_t>(m)].push_back(microbatch_samples(m, r));
+      batch[static_cast<std::size_t>(m)].push_back(
+          microbatch_samples(samples_, state_.counters.consumed_samples, m, r));
       for (const Sample& sample : batch[static_cast<std::size_t>(m)].back()) {
         record.input_tokens += sample.input_tokens;
         record.loss_tokens += sample.loss_tokens;

@@ -76,6 +76,17 @@ class Trainer {
   TrainerState<Real>& state() { return state_; }
   const TrainerState<Real>& state() const { return state_; }
 
+  // Evaluation of the validation split (docs/DATA.md section 12, Megatron's evaluate): `batches`
+  // forward-only global batches of `validation`, the first at counters.consumed_valid_samples,
+  // each read in SPEC 2's order (microbatch m of replica r takes
+  // consumed_valid + m*mbs*DP + r*mbs + [0, mbs)). Loss = the masked CE summed in Real over every
+  // position of every batch (microbatches in training's order) / their loss tokens, 0 without
+  // any. Advances consumed_valid_samples by batches x GBS; the weights, moments and every other
+  // counter stay as they are.
+  EvaluationRecord evaluate(const SampleProvider& validation, std::int64_t batches);
+  // The last evaluation's loss in Real (before rounding to the record's double).
+  const Real& last_evaluation_loss() const { return last_evaluation_loss_; }
+
   // --audit-params: which flat elements to report in each iteration record.
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }
 
@@ -86,8 +97,10 @@ class Trainer {
   const Real& last_loss() const { return last_loss_; }
 
  private:
-  // Global sample indices of microbatch m on replica r (SPEC 2, Megatron's sampler).
-  std::vector<Sample> microbatch_samples(std::int64_t microbatch, std::int64_t replica) const;
+  // The samples of microbatch m on replica r of the global batch that starts after `consumed`
+  // samples of `source` (SPEC 2, Megatron's sampler).
+  std::vector<Sample> microbatch_samples(const SampleProvider& source, std::int64_t consumed,
+                                         std::int64_t microbatch, std::int64_t replica) const;
   void clip_each_replica_mutant();  // test-only: Mutants::clip_per_rank
 
   RunConfig config_;
@@ -99,6 +112,7 @@ class Trainer {
   std::vector<std::vector<Real>> replica_grads_;  // [DP][total_elements]
   std::vector<Real> reduced_grads_;               // [total_elements]
   Real last_loss_{};
+  Real last_evaluation_loss_{};
 };
 
 }  // namespace tandem::reference

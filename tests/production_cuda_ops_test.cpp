@@ -464,6 +464,16 @@ TEST_P(CudaOps, CrossEntropyWithinTheBoundAndMaskedRowsExactlyZero) {
     verdict = compare_bits("cross-entropy in place", grads[0], as_bytes(d_logits.download()), 4);
     EXPECT_TRUE(verdict.ok) << verdict.report;
   }
+
+  // Loss only (logits_grad = nullptr, evaluation): the same row losses bit for bit as the call
+  // that stores the gradient, and the logits untouched.
+  auto d_fresh_logits = upload(logits);
+  Buffer<float> d_loss_only(*gpu_, rows);
+  gpu_->cross_entropy({d_fresh_logits.data(), d_labels.data(), d_mask.data(), d_loss_only.data(), nullptr, rows, vocab, loss_scale, dtype()});
+  verdict = compare_bits("cross-entropy loss only", as_bytes(losses[0]), as_bytes(d_loss_only.download()), 4);
+  EXPECT_TRUE(verdict.ok) << verdict.report;
+  verdict = compare_bits("cross-entropy loss only leaves the logits", as_bytes(logits), as_bytes(d_fresh_logits.download()), 4);
+  EXPECT_TRUE(verdict.ok) << verdict.report;
 }
 
 // Attention cases: packed samples (several documents, including one of a single position), GQA,

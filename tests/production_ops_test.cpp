@@ -10,6 +10,7 @@
 // inputs). Every approximate check has a negative control: the reference perturbed by 4x the bound
 // at one element must be rejected.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -556,6 +557,32 @@ TEST(ProductionOps, MaskedCrossEntropyMatchesReferenceInChunks) {
   expect_within("cross-entropy row losses", row_losses, want_losses, bound_losses);
   expect_within("cross-entropy logits grad", grad, want_grad, bound_grad);
   for (std::int64_t c = 0; c < vocab; ++c) EXPECT_EQ(grad[static_cast<std::size_t>(vocab + c)], 0.0f);  // masked row
+}
+
+TEST(ProductionOps, LossOnlyCrossEntropyWritesTheSameRowLossesAndNoGradient) {
+  // Evaluation's variant (logits_grad = nullptr): exact, the row losses bit for bit those of the
+  // call that also stores the gradient, and the logits untouched (no in-place gradient).
+  const std::int64_t rows = 7, vocab = 384;
+  const std::vector<float> logits = random_values(rows * vocab, 62, 6.0);  // [rows, V]
+  const std::vector<std::int32_t> labels = {3, 0, 383, 256, 17, 100, 200};
+  const std::vector<std::uint8_t> mask = {1, 0, 1, 1, 0, 1, 1};
+  std::vector<float> with_gradient(static_cast<std::size_t>(rows)), grad(logits.size());
+  cross_entropy_host(CrossEntropyParams{logits.data(), labels.data(), mask.data(), with_gradient.data(),
+                                        grad.data(), rows, vocab, 0.25f, DType::f32});
+  std::vector<float> in_place = logits;
+  std::vector<float> loss_only(static_cast<std::size_t>(rows), -1.0f);
+  cross_entropy_host(CrossEntropyParams{in_place.data(), labels.data(), mask.data(), loss_only.data(),
+                                        nullptr, rows, vocab, 0.25f, DType::f32});
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const auto r = static_cast<std::size_t>(row);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(loss_only[r]), std::bit_cast<std::uint32_t>(with_gradient[r])) << "row " << row;
+    if (mask[r] == 0) {
+      EXPECT_EQ(loss_only[r], 0.0f) << "row " << row;
+    }
+  }
+  EXPECT_EQ(in_place, logits);
+  // Negative control: the unmasked rows carry a loss, so a variant that wrote 0 would be caught.
+  EXPECT_GT(loss_only[0], 0.0f);
 }
 
 // ---------------------------------------------------------------------------------- Embedding

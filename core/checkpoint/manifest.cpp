@@ -162,6 +162,12 @@ ReadManifest read_manifest(const fs::path& directory) {
   state.counters.loss_tokens = integer_field(counters, "loss_tokens", path);
   state.counters.pad_tokens = integer_field(counters, "pad_tokens", path);
   state.counters.scheduler_samples = integer_field(counters, "scheduler_samples", path);
+  // Written since validation (docs/DATA.md section 12); a checkpoint without it evaluated nothing
+  // yet as far as it records, as Megatron reads a missing consumed_valid_samples as 0.
+  state.counters.consumed_valid_samples =
+      counters.contains("consumed_valid_samples")
+          ? integer_field(counters, "consumed_valid_samples", path)
+          : 0;
   if (integer_field(manifest, "iteration", path) != state.counters.iteration) {
     fail(path, "iteration and counters.iteration disagree");
   }

@@ -76,14 +76,15 @@ std::shared_ptr<const TrainingSamples> open_training_samples(const RunConfig& ru
 }
 
 std::shared_ptr<const TrainingSamples> open_training_samples_at(
-    const std::vector<DataPathEntry>& data_path, const RunConfig& run) {
+    const std::vector<DataPathEntry>& data_path, const RunConfig& run, DatasetSplit split) {
   if (data_path.empty()) throw std::invalid_argument("open_training_samples_at: no dataset");
+  SampleSourceConfig source_config = sample_source_config(run);
+  source_config.split = split;
   std::vector<TrainingSamples::Dataset> datasets;
   for (const auto& entry : data_path) {
     auto dataset = std::make_shared<const IndexedDataset>(IndexedDataset::open(entry.prefix));
     datasets.push_back({entry.prefix, entry.weight.value_or(1.0),
-                        std::make_shared<const SampleSource>(std::move(dataset),
-                                                             sample_source_config(run))});
+                        std::make_shared<const SampleSource>(std::move(dataset), source_config)});
   }
   const bool weights_from_sizes = data_path.size() > 1 && !data_path.front().weight;
   if (weights_from_sizes) {
@@ -93,7 +94,7 @@ std::shared_ptr<const TrainingSamples> open_training_samples_at(
       const std::int64_t size = megatron_samples_per_epoch(*dataset.samples);
       if (size < 1) {
         throw std::runtime_error(
-            "--data-path " + dataset.prefix + ": its train split holds no whole sample of " +
+            "--data-path " + dataset.prefix + ": its " + to_string(split) + " split holds no whole sample of " +
             std::to_string(run.model.seq_length) +
             " tokens, so weighting the blend by size gives it weight 0; fix: give weights "
             "(W1 P1 W2 P2 ...) or drop this dataset");

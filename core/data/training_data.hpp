@@ -67,9 +67,14 @@ std::int64_t megatron_samples_per_epoch(const SampleSource& samples);
 // The train split of those datasets, packed as the run asks (SPEC 2, 3), blended when several.
 std::shared_ptr<const TrainingSamples> open_training_samples(
     const RunConfig& run, const std::string& work_directory = "");
-// The same from entries resolve_data_path already returned.
+// The same from entries resolve_data_path already returned; `split` chooses the --split part
+// (DatasetSplit::valid: the samples evaluation reads, docs/DATA.md section 12). Every part is
+// read alike: the same packing, masks, --seed document order and blend rule, each dataset
+// restricted to that part's sequences (a blend weighted by sizes uses that part's sizes, as
+// Megatron builds each split's blend).
 std::shared_ptr<const TrainingSamples> open_training_samples_at(
-    const std::vector<DataPathEntry>& data_path, const RunConfig& run);
+    const std::vector<DataPathEntry>& data_path, const RunConfig& run,
+    DatasetSplit split = DatasetSplit::train);
 
 // The log header's "data" object (SPEC 12): {"prefix": P} for one dataset or {"blend":
 // [{"prefix", "weight"}...], "weights": "given" | "dataset sizes"} for several; "split" always.

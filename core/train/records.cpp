@@ -1,7 +1,9 @@
 // JSON forms of the shared trainer records (records.hpp).
 #include "core/train/records.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -16,7 +18,8 @@ void to_json(nlohmann::json& out, const Counters& c) {
                        {"input_tokens", c.input_tokens},
                        {"loss_tokens", c.loss_tokens},
                        {"pad_tokens", c.pad_tokens},
-                       {"scheduler_samples", c.scheduler_samples}};
+                       {"scheduler_samples", c.scheduler_samples},
+                       {"consumed_valid_samples", c.consumed_valid_samples}};
 }
 
 void from_json(const nlohmann::json& in, Counters& c) {
@@ -29,6 +32,7 @@ void from_json(const nlohmann::json& in, Counters& c) {
   in.at("loss_tokens").get_to(c.loss_tokens);
   in.at("pad_tokens").get_to(c.pad_tokens);
   in.at("scheduler_samples").get_to(c.scheduler_samples);
+  c.consumed_valid_samples = in.value("consumed_valid_samples", std::int64_t{0});  // absent: 0
 }
 
 void to_json(nlohmann::json& out, const AuditEntry& e) {
@@ -52,6 +56,21 @@ void from_json(const nlohmann::json& in, AuditEntry& e) {
   in.at("wd").get_to(e.wd);
   in.at("step").get_to(e.step);
   in.at("new_value").get_to(e.new_value);
+}
+
+double evaluation_perplexity(double loss) { return std::exp(std::min(20.0, loss)); }
+
+void to_json(nlohmann::json& out, const EvaluationRecord& r) {
+  out = nlohmann::json{{"type", "evaluation"},
+                       {"iteration", r.iteration},
+                       {"split", "valid"},
+                       {"at_end", r.at_end},
+                       {"loss", r.loss},
+                       {"ppl", r.ppl},
+                       {"samples", r.samples},
+                       {"loss_tokens", r.loss_tokens},
+                       {"consumed_valid_samples", r.consumed_valid_samples},
+                       {"seconds", r.seconds}};
 }
 
 void to_json(nlohmann::json& out, const IterationRecord& r) {

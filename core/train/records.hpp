@@ -25,6 +25,9 @@ struct Counters {
   std::int64_t pad_tokens = 0;          // PAD input positions
   // Samples seen by the lr scheduler: advances by GBS only after a successful update (SPEC 8).
   std::int64_t scheduler_samples = 0;
+  // Validation samples evaluated so far (Megatron's consumed_valid_samples): the next evaluation
+  // batch starts here. Grows by GBS per evaluation batch; 0 in checkpoints written before it.
+  std::int64_t consumed_valid_samples = 0;
 
   bool operator==(const Counters&) const = default;
 };
@@ -73,6 +76,23 @@ struct IterationRecord {
   std::vector<AuditEntry> audit;      // --audit-params entries of this update
 };
 void to_json(nlohmann::json& out, const IterationRecord& record);
+
+// Megatron's PPL: exp of the loss, the exponent capped at 20 so a diverged run prints a number.
+double evaluation_perplexity(double loss);
+
+// {"type":"evaluation", ...}: one evaluation of the validation split (docs/DATA.md section 12):
+// `eval_iters` forward-only global batches, loss = their masked CE sum / their loss tokens.
+struct EvaluationRecord {
+  std::int64_t iteration = 0;               // training iterations done when it ran
+  bool at_end = false;                      // the evaluation after the last iteration
+  double loss = 0;                          // total masked CE / total loss tokens; 0 without any
+  double ppl = 1;                           // evaluation_perplexity(loss)
+  std::int64_t samples = 0;                 // validation samples read: eval_iters x GBS
+  std::int64_t loss_tokens = 0;             // positions with loss mask 1 among them
+  std::int64_t consumed_valid_samples = 0;  // after this evaluation
+  double seconds = 0;                       // wall time of the evaluation
+};
+void to_json(nlohmann::json& out, const EvaluationRecord& record);
 
 // Appends JSON Lines records to a file and flushes after each one, so a crash loses at most the
 // record being written.

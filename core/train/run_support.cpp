@@ -59,6 +59,29 @@ std::string progress_line(const IterationRecord& record, std::int64_t total_iter
   return line.str();
 }
 
+std::string evaluation_line(const EvaluationRecord& record) {
+  std::ostringstream line;
+  line << "validation loss at iteration " << record.iteration
+       << (record.at_end ? " on validation set" : "") << " | lm loss value: " << std::uppercase
+       << std::scientific << std::setprecision(6) << record.loss << " | lm loss PPL: " << record.ppl
+       << " | " << record.samples << " samples, " << record.loss_tokens << " loss tokens";
+  return line.str();
+}
+
+std::string evaluation_summary(const RunConfig& config) {
+  const EvaluationConfig& evaluation = config.evaluation;
+  if (!evaluation.evaluates()) return "";
+  std::ostringstream line;
+  line << "evaluation: " << evaluation.eval_iters << " global batches ("
+       << evaluation.eval_iters * config.batch.global_batch_size
+       << " samples) of the validation split (--split " << config.data.split << ") ";
+  if (evaluation.eval_interval > 0) {
+    line << "every " << evaluation.eval_interval << " iterations and ";
+  }
+  line << "at the end of training\n";
+  return line.str();
+}
+
 std::vector<std::string> allowed_resume_changes(const RunConfig& config) {
   if (config.checkpoint.load.empty()) return {};
   checkpoint::LoadOptions manifest_only;
@@ -111,7 +134,15 @@ RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options
   const std::int64_t total_iterations = config.train_updates();
   const bool saving = static_cast<bool>(driver.save);
   RunSummary summary;
+  const bool evaluating = static_cast<bool>(driver.evaluate);
+  auto evaluate = [&](bool at_end) {
+    EvaluationRecord record = driver.evaluate();
+    record.at_end = at_end;
+    if (log.is_open()) log.write(record);
+    out << evaluation_line(record) << "\n" << std::flush;  // printed even with --quiet, as Megatron
+  };
   if (total_iterations == 0 && saving && resumed_iteration == 0) driver.save();  // SPEC 12
+  bool stopped_early = false;
   while (driver.counters().iteration < total_iterations) {
     const IterationRecord record = driver.run_iteration();
     if (summary.iterations == 0) summary.first_loss = record.loss;
@@ -129,6 +160,11 @@ RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options
           "--max-consecutive-skips " + std::to_string(options.max_consecutive_skips) +
           "; fix: inspect the batch and the learning rate, then resume from the last checkpoint");
     }
+    // Megatron: the evaluation of an interval iteration runs before that iteration's checkpoint.
+    if (evaluating && config.evaluation.eval_interval > 0 &&
+        counters.iteration % config.evaluation.eval_interval == 0) {
+      evaluate(false);
+    }
     const bool interval_due = config.checkpoint.save_interval > 0 &&
                               counters.iteration % config.checkpoint.save_interval == 0;
     const bool exit_due =
@@ -140,14 +176,18 @@ RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options
     if (exit_due) {
       out << "exiting at iteration " << counters.iteration << " (--exit-interval "
           << options.exit_interval << ")\n";
+      stopped_early = true;
       break;
     }
     if (!early_exit.empty()) {
       out << "exiting at iteration " << counters.iteration << ": " << early_exit
           << (saving ? "; checkpoint saved" : "; no --save, so nothing was saved") << "\n";
+      stopped_early = true;
       break;
     }
   }
+  // Megatron evaluates once more after training (its final checkpoint is already written).
+  if (evaluating && !stopped_early) evaluate(true);
   summary.skipped_updates = driver.counters().skipped_updates;
   return summary;
 }

@@ -38,6 +38,15 @@ nlohmann::json header_record(const HeaderIdentity& identity, const RunConfig& co
 // "iter 3/10 | loss 5.1234 | lr 1.000e-03 | grad norm ... | 1234 tok/s" (plus MFU when known).
 std::string progress_line(const IterationRecord& record, std::int64_t total_iterations);
 
+// "validation loss at iteration 8 | lm loss value: 5.123456E+00 | lm loss PPL: 1.678551E+02 |
+// 64 samples, 1984 loss tokens" (Megatron's line; "... at iteration 8 on validation set ..." for
+// the evaluation at the end of training, as Megatron words its final one).
+std::string evaluation_line(const EvaluationRecord& record);
+
+// "evaluation: ..." (one line, ending in a newline) saying when the run evaluates its validation
+// split and how much; "" for a run that does not evaluate (its console output is unchanged).
+std::string evaluation_summary(const RunConfig& config);
+
 // After a resume (--load): each setting that differs from the checkpoint's run and was allowed
 // (a data setting, or an optimizer/schedule one under --override-opt-param-scheduler), described
 // (core/checkpoint/resume_check.hpp), for the console and the log header's "resume_changes".
@@ -66,6 +75,9 @@ struct IterationDriver {
   // Collective: whether `flag` is true on any rank (every rank calls it together); empty: one
   // process. The loop's decisions to stop early must be the same on every rank.
   std::function<bool(bool flag)> any_rank;
+  // One evaluation of the validation split (config.evaluation.eval_iters global batches from the
+  // trainer's consumed_valid_samples); empty when the run does not evaluate. Collective.
+  std::function<EvaluationRecord()> evaluate;
 };
 
 // The loop both engines run after setup: iterate to config.train_updates(), log each record,
@@ -74,6 +86,12 @@ struct IterationDriver {
 // --max-consecutive-skips skipped updates in a row, after a final checkpoint (SPEC 8). With
 // --exit-signal-handler or --exit-duration-in-mins it stops, saving, after the iteration at which
 // any rank received SIGTERM or passed the duration (Megatron's behaviour).
+// With driver.evaluate (docs/DATA.md section 12, Megatron's order): after iteration k's record,
+// when k % --eval-interval == 0, it evaluates, logs and prints, before k's checkpoint (which then
+// holds the advanced consumed_valid_samples); and once more after the loop ends at the last
+// iteration (after the final checkpoint, so that evaluation is not in it), even when the last
+// iteration evaluated already. A run that stops early (--exit-interval, a signal, the duration,
+// skipped updates) does not evaluate at the end, as Megatron exits before it does.
 RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options,
                             std::int64_t resumed_iteration, const IterationDriver& driver,
                             JsonlLog& log, std::ostream& out);

@@ -22,6 +22,7 @@ __global__ void cross_entropy_kernel(const float* logits, const std::int32_t* la
   const std::int64_t base = row * vocab;
   if (loss_mask[row] == 0) {  // SPEC 5: times the loss mask; exactly nothing
     if (threadIdx.x == 0) row_losses[row] = 0.0f;
+    if (logits_grad == nullptr) return;  // loss only (uniform over the block)
     for (std::int64_t c = threadIdx.x; c < vocab; c += kThreads) store(logits_grad, base + c, 0.0f);
     return;
   }
@@ -35,6 +36,7 @@ __global__ void cross_entropy_kernel(const float* logits, const std::int32_t* la
   const float normalizer = block_sum(partial_sum, scratch);  // ends with a barrier: all reads done
   const float log_normalizer = max_logit + logf(normalizer);
   if (threadIdx.x == 0) row_losses[row] = log_normalizer - label_logit;
+  if (logits_grad == nullptr) return;  // loss only (uniform over the block)
   for (std::int64_t c = threadIdx.x; c < vocab; c += kThreads) {
     const float probability = expf(z[c] - log_normalizer);
     const float target = c == label ? 1.0f : 0.0f;

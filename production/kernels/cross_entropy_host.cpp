@@ -11,6 +11,7 @@ void cross_entropy_host(const CrossEntropyParams& p) {
     const std::int64_t base = row * p.vocab;
     if (p.loss_mask[row] == 0) {  // SPEC 5: times the loss mask; exactly nothing
       p.row_losses[row] = 0.0f;
+      if (p.logits_grad == nullptr) continue;  // loss only
       for (std::int64_t c = 0; c < p.vocab; ++c) store_from_f32(p.logits_grad, p.grad_dtype, base + c, 0.0f);
       continue;
     }
@@ -21,6 +22,7 @@ void cross_entropy_host(const CrossEntropyParams& p) {
     const float log_normalizer = max_logit + std::log(normalizer);
     const std::int32_t label = p.labels[row];
     p.row_losses[row] = log_normalizer - z[label];
+    if (p.logits_grad == nullptr) continue;  // loss only
     // Reads z[c] before writing c, so logits_grad may alias logits (f32).
     for (std::int64_t c = 0; c < p.vocab; ++c) {
       const float probability = std::exp(z[c] - log_normalizer);
