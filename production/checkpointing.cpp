@@ -41,13 +41,14 @@ std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std:
   return checkpoint::save_sharded_checkpoint(save_dir, state, trainer.layout(), trainer.shard_state(), ranks, hooks);
 }
 
-void resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir) {
+std::vector<checkpoint::SettingChange> resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir) {
   const std::filesystem::path directory = checkpoint::resolve_checkpoint_directory(load_dir);
   const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(directory, {.iteration = {}, .read_optimizer = false, .read_tensors = false});
-  checkpoint::check_main_checkpoint<float>(kEngine, trainer.config(), saved);
+  auto changes = checkpoint::check_main_checkpoint<float>(kEngine, trainer.config(), saved);
   trainer.restore(checkpoint::read_main_state_slice(directory, trainer.layout(), trainer.state_begin(),
                                                     trainer.state_count()),
                   saved.counters);
+  return changes;
 }
 
 }  // namespace tandem::production

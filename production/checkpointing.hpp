@@ -10,8 +10,10 @@
 #pragma once
 
 #include <filesystem>
+#include <vector>
 
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/resume_check.hpp"
 #include "production/trainer.hpp"
 
 namespace tandem::production {
@@ -32,7 +34,8 @@ std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std:
 
 // Restores the trainer from `load_dir` (a --save directory or an iter_ directory; either format),
 // each rank reading and verifying only the files that hold its range. Errors as
-// restore_checkpoint_state, and naming the file on corruption.
-void resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir);
+// restore_checkpoint_state, and naming the file on corruption. Returns the setting changes the
+// resume allowed (core/checkpoint/resume_check.hpp), for the run to report.
+std::vector<checkpoint::SettingChange> resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir);
 
 }  // namespace tandem::production

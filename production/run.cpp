@@ -55,11 +55,12 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   Trainer trainer(config, [source](std::int64_t index) { return source->sample(index); }, production);
 
   std::int64_t resumed_iteration = 0;
+  std::vector<std::string> resume_changes;
   if (!config.checkpoint.load.empty()) {
-    resume_trainer_from(trainer, config.checkpoint.load);
+    resume_changes = describe_resume_changes(resume_trainer_from(trainer, config.checkpoint.load));
     resumed_iteration = trainer.counters().iteration;
     out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration << "\n";
-    for (const std::string& change : allowed_resume_changes(config)) out << "note: " << change << "\n";
+    for (const std::string& change : resume_changes) out << "note: " << change << "\n";
   }
   const bool saving = !config.checkpoint.save.empty();
   // One rank writes the whole state; several write a shard each (production/checkpointing.hpp);
@@ -92,7 +93,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                                   ? "distributed, one rank (it holds the whole state)"
                                   : "replicated"},
           {"shard_elements", trainer.shards().shard_elements}}}};
-    extra.update(resume_header_fields(config));
+    extra.update(resume_header_fields(config, resume_changes));
     log.write(header_record(identity, config, trainer.layout(),
                             data::data_description(*source, config, config.data.data_path.empty()),
                             resumed_iteration, extra));

@@ -11,9 +11,11 @@ checkpoint::CheckpointState make_checkpoint_state(const Trainer<double>& trainer
                                           trainer.state());
 }
 
-void restore_checkpoint_state(Trainer<double>& trainer, const checkpoint::CheckpointState& saved) {
-  trainer.state() = checkpoint::read_main_checkpoint<double>("reference", trainer.config(),
-                                                             trainer.layout(), saved);
+std::vector<checkpoint::SettingChange> restore_checkpoint_state(Trainer<double>& trainer,
+                                                                const checkpoint::CheckpointState& saved) {
+  auto changes = checkpoint::check_main_checkpoint<double>("reference", trainer.config(), saved);
+  trainer.state() = checkpoint::read_main_state_widened(trainer.layout(), saved);  // F64: exact
+  return changes;
 }
 
 }  // namespace tandem::reference

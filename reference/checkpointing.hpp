@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/resume_check.hpp"
 #include "core/config.hpp"
 #include "reference/trainer.hpp"
 
@@ -20,6 +21,8 @@ checkpoint::CheckpointState make_checkpoint_state(const Trainer<double>& trainer
 // Restores weights, moments and counters of `trainer` from `state`. Throws std::runtime_error
 // naming the tensor on a missing tensor or a shape mismatch, and (unless the run's
 // --override-opt-param-scheduler) a ConfigError listing every changed optimizer/schedule setting.
-void restore_checkpoint_state(Trainer<double>& trainer, const checkpoint::CheckpointState& state);
+// Returns the setting changes the resume allowed (core/checkpoint/resume_check.hpp).
+std::vector<checkpoint::SettingChange> restore_checkpoint_state(Trainer<double>& trainer,
+                                                                const checkpoint::CheckpointState& state);
 
 }  // namespace tandem::reference

@@ -43,14 +43,15 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
   Trainer<Real> trainer(config, samples, switches);
 
   std::int64_t resumed_iteration = 0;
+  std::vector<std::string> resume_changes;
   if (!config.checkpoint.load.empty()) {
     if constexpr (std::is_same_v<Real, double>) {
       const auto state = checkpoint::load_checkpoint(config.checkpoint.load);
-      restore_checkpoint_state(trainer, state);
+      resume_changes = describe_resume_changes(restore_checkpoint_state(trainer, state));
       resumed_iteration = trainer.state().counters.iteration;
       out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration
           << "\n";
-      for (const std::string& change : allowed_resume_changes(config)) out << "note: " << change << "\n";
+      for (const std::string& change : resume_changes) out << "note: " << change << "\n";
     } else {
       throw std::runtime_error(
           "--load: only the double reference resumes bit-exactly; fix: drop "
@@ -78,7 +79,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
                                   options.reference_precision};
     log.write(header_record(identity, config, trainer.layout(),
                             data::data_description(*data, config, config.data.data_path.empty()),
-                            resumed_iteration, resume_header_fields(config)));
+                            resumed_iteration, resume_header_fields(config, resume_changes)));
   }
   if (options.audit_params > 0) {
     trainer.set_audit_elements(

@@ -81,13 +81,14 @@ CheckpointState make_main_checkpoint(const std::string& engine, const RunConfig&
 }
 
 template <class Scalar>
-void check_main_checkpoint(const std::string& engine, const RunConfig& resumed, const CheckpointState& saved) {
+std::vector<SettingChange> check_main_checkpoint(const std::string& engine, const RunConfig& resumed,
+                                                 const CheckpointState& saved) {
   if (saved.engine != engine || saved.precision != dtype_of<Scalar>()) {
     throw std::runtime_error("--load: the checkpoint was written by the " + saved.engine +
                              " engine in " + saved.precision + "; fix: resume it with the " +
                              saved.engine + " engine");
   }
-  check_resume_settings(saved.run_config, resumed);
+  return check_resume_settings(saved.run_config, resumed);
 }
 
 template <class Scalar>
@@ -121,8 +122,10 @@ template CheckpointState make_main_checkpoint(const std::string&, const RunConfi
                                               const ModelLayout&, const MainState<float>&);
 template CheckpointState main_checkpoint_metadata<double>(const std::string&, const RunConfig&, const Counters&);
 template CheckpointState main_checkpoint_metadata<float>(const std::string&, const RunConfig&, const Counters&);
-template void check_main_checkpoint<double>(const std::string&, const RunConfig&, const CheckpointState&);
-template void check_main_checkpoint<float>(const std::string&, const RunConfig&, const CheckpointState&);
+template std::vector<SettingChange> check_main_checkpoint<double>(const std::string&, const RunConfig&,
+                                                                  const CheckpointState&);
+template std::vector<SettingChange> check_main_checkpoint<float>(const std::string&, const RunConfig&,
+                                                                 const CheckpointState&);
 template MainState<double> read_main_checkpoint(const std::string&, const RunConfig&,
                                                 const ModelLayout&, const CheckpointState&);
 template MainState<float> read_main_checkpoint(const std::string&, const RunConfig&,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/resume_check.hpp"
 #include "core/config.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/main_state.hpp"
@@ -25,8 +26,9 @@ CheckpointState main_checkpoint_metadata(const std::string& engine, const RunCon
 
 // Throws std::runtime_error when `saved` was written by another engine or precision than
 // (engine, Scalar), and ConfigError for a setting the resumed run changed (check_resume_settings).
+// Returns the changes check_resume_settings allowed.
 template <class Scalar>
-void check_main_checkpoint(const std::string& engine, const RunConfig& resumed, const CheckpointState& saved);
+std::vector<SettingChange> check_main_checkpoint(const std::string& engine, const RunConfig& resumed, const CheckpointState& saved);
 
 // The main state stored in `saved` for a run resumed under `resumed`. Throws std::runtime_error
 // when another engine or precision wrote it, or a tensor is missing or misshapen (naming it), and

@@ -82,21 +82,15 @@ std::string evaluation_summary(const RunConfig& config) {
   return line.str();
 }
 
-std::vector<std::string> allowed_resume_changes(const RunConfig& config) {
-  if (config.checkpoint.load.empty()) return {};
-  checkpoint::LoadOptions manifest_only;
-  manifest_only.read_tensors = false;
-  const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(config.checkpoint.load, manifest_only);
-  std::vector<std::string> changes;
-  for (const auto& change : checkpoint::check_resume_settings(saved.run_config, config)) {
-    changes.push_back(checkpoint::describe(change));
-  }
-  return changes;
+std::vector<std::string> describe_resume_changes(const std::vector<checkpoint::SettingChange>& changes) {
+  std::vector<std::string> out;
+  for (const auto& change : changes) out.push_back(checkpoint::describe(change));
+  return out;
 }
 
-nlohmann::json resume_header_fields(const RunConfig& config) {
+nlohmann::json resume_header_fields(const RunConfig& config, const std::vector<std::string>& changes) {
   if (config.checkpoint.load.empty()) return nlohmann::json::object();
-  return {{"resume_changes", allowed_resume_changes(config)}};
+  return {{"resume_changes", changes}};
 }
 
 std::string resolve_log_path(const RunConfig& config, const TrainOptions& options) {

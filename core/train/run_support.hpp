@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint/resume_check.hpp"
 #include "core/config.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/records.hpp"
@@ -47,14 +48,13 @@ std::string evaluation_line(const EvaluationRecord& record);
 // split and how much; "" for a run that does not evaluate (its console output is unchanged).
 std::string evaluation_summary(const RunConfig& config);
 
-// After a resume (--load): each setting that differs from the checkpoint's run and was allowed
-// (a data setting, or an optimizer/schedule one under --override-opt-param-scheduler), described
-// (core/checkpoint/resume_check.hpp), for the console and the log header's "resume_changes".
-// Empty without --load. Reads the checkpoint's manifest only.
-std::vector<std::string> allowed_resume_changes(const RunConfig& config);
+// The settings a resume changed and the checkpoint allowed (a data setting, or an optimizer/
+// schedule one under --override-opt-param-scheduler; what the engines' restores return from
+// check_resume_settings), one line each, for the console and the log header.
+std::vector<std::string> describe_resume_changes(const std::vector<checkpoint::SettingChange>& changes);
 // {"resume_changes": [...]} for the log header of a resumed run; {} without --load (so a fresh
 // run's header is unchanged).
-nlohmann::json resume_header_fields(const RunConfig& config);
+nlohmann::json resume_header_fields(const RunConfig& config, const std::vector<std::string>& changes);
 
 // --log, or SAVE/log.jsonl with --save (creating SAVE), or empty for no log (SPEC 12).
 std::string resolve_log_path(const RunConfig& config, const TrainOptions& options);
