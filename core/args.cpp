@@ -211,11 +211,16 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                "shard fp32 main params and Adam moments over DP (production: each rank keeps "
                "its shard; bitwise the same result as without)")->group(parallel);
   app.add_flag("--overlap-grad-reduce", v.parallel.overlap_grad_reduce,
-               "overlap the gradient reduction with backward (planning only: the production "
-               "trainer does not overlap yet)")->group(parallel);
+               "production, DP > 1: reduce the gradients bucket by bucket during the last "
+               "microbatch's backward (no result changes a bit)")->group(parallel);
   app.add_flag("--overlap-param-gather", v.parallel.overlap_param_gather,
-               "overlap the parameter all-gather with forward (planning only: the production "
-               "trainer does not overlap yet)")->group(parallel);
+               "production, DP > 1: all-gather the updated weights bucket by bucket during the "
+               "next forward (needs --use-distributed-optimizer and --overlap-grad-reduce)")
+      ->group(parallel);
+  app.add_option("--ddp-bucket-size", v.parallel.ddp_bucket_size,
+                 "parameters per gradient bucket with --overlap-grad-reduce (default: "
+                 "max(40M, 1M x DP); rounded up to a multiple of DP x 1024)")
+      ->group(parallel);
 
   const std::string batch = "Batch";
   app.add_option("--micro-batch-size", v.batch.micro_batch_size, "samples per microbatch")
@@ -488,6 +493,16 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   checker.check(!parallel.sequence_parallel || tp > 1, "--sequence-parallel", "true",
                 "requires --tensor-model-parallel-size > 1 (Megatron)",
                 "drop --sequence-parallel or raise TP");
+  // Megatron's rules for the overlap options.
+  checker.check(!parallel.overlap_param_gather || parallel.use_distributed_optimizer,
+                "--overlap-param-gather", "true",
+                "is only supported with the distributed optimizer (Megatron)",
+                "add --use-distributed-optimizer, or drop --overlap-param-gather");
+  checker.check(!parallel.overlap_param_gather || parallel.overlap_grad_reduce,
+                "--overlap-param-gather", "true", "must be used with --overlap-grad-reduce (Megatron)",
+                "add --overlap-grad-reduce, or drop --overlap-param-gather");
+  checker.check(!args.given("--ddp-bucket-size") || parallel.ddp_bucket_size > 0, "--ddp-bucket-size",
+                text(parallel.ddp_bucket_size), "must be at least 1", "give a positive parameter count");
   checker.check(args.max_position_embeddings == 0 ||
                     args.max_position_embeddings >= model.seq_length,
                 "--max-position-embeddings", text(args.max_position_embeddings),

@@ -1,9 +1,17 @@
 // Names and JSON form of the validated configuration (core/config.hpp).
 #include "core/config.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace tandem {
+
+std::int64_t gradient_bucket_parameters(const ParallelConfig& parallel) {
+  if (!parallel.overlap_grad_reduce) return 0;
+  if (parallel.ddp_bucket_size > 0) return parallel.ddp_bucket_size;
+  return std::max<std::int64_t>(40'000'000, 1'000'000 * parallel.data_parallel);
+}
 
 std::string to_string(LrDecayStyle style) {
   switch (style) {
@@ -76,7 +84,8 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
         {"sequence_parallel", p.sequence_parallel},
         {"use_distributed_optimizer", p.use_distributed_optimizer},
         {"overlap_grad_reduce", p.overlap_grad_reduce},
-        {"overlap_param_gather", p.overlap_param_gather}}},
+        {"overlap_param_gather", p.overlap_param_gather},
+        {"ddp_bucket_size", p.ddp_bucket_size}}},
       {"batch",
        {{"micro_batch_size", b.micro_batch_size}, {"global_batch_size", b.global_batch_size},
         {"microbatches_per_replica", config.microbatches_per_replica()}}},

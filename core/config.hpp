@@ -46,9 +46,18 @@ struct ParallelConfig {
   std::int64_t virtual_pipeline_stages = 1;  // interleaved 1F1B chunks per PP rank (1 = plain)
   bool sequence_parallel = false;       // requires TP > 1
   bool use_distributed_optimizer = false;  // shard main params and Adam moments over DP
-  bool overlap_grad_reduce = false;     // accepted and recorded; a throughput option only
-  bool overlap_param_gather = false;    // accepted and recorded; a throughput option only
+  // Megatron's overlap of the data-parallel exchanges with compute (production/trainer.hpp): the
+  // gradient reduce-scatter per bucket during the last microbatch's backward, the weight
+  // all-gather per bucket during the next forward. Throughput options: no result changes a bit.
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;    // requires the distributed optimizer and overlap_grad_reduce
+  std::int64_t ddp_bucket_size = 0;     // --ddp-bucket-size; 0 = Megatron's default
 };
+
+// Megatron's gradient bucket size in parameters (DistributedDataParallelConfig.bucket_size):
+// 0 (one bucket: the whole buffer) without overlap_grad_reduce; with it --ddp-bucket-size, or
+// max(40,000,000, 1,000,000 x DP) when not given.
+std::int64_t gradient_bucket_parameters(const ParallelConfig& parallel);
 
 struct BatchConfig {
   std::int64_t micro_batch_size = 1;    // samples per microbatch per replica

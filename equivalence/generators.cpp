@@ -159,6 +159,12 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
     config = with_layout(config, c.reference_layout);
     // Megatron's distributed optimizer (production shards its main state over DP ranks).
     config.parallel.use_distributed_optimizer = *rc::gen::arbitrary<bool>();
+    // Megatron's overlap options and bucket size (production, DP > 1; they change no bit).
+    config.parallel.overlap_grad_reduce = *rc::gen::arbitrary<bool>();
+    config.parallel.overlap_param_gather = config.parallel.overlap_grad_reduce &&
+                                           config.parallel.use_distributed_optimizer &&
+                                           *rc::gen::arbitrary<bool>();
+    config.parallel.ddp_bucket_size = config.parallel.overlap_grad_reduce ? *any_of<std::int64_t>({0, 1, 3000}) : 0;
 
     OptimizerConfig& optimizer = config.optimizer;
     optimizer.adam_beta1 = *rc::gen::element(0.9, 0.0, 0.5);
@@ -231,6 +237,8 @@ std::string case_name(const UpdateCase& c) {
      << c.reference_layout.microbatches << "x" << c.reference_layout.data_parallel << " test "
      << c.test_layout.micro_batch_size << "x" << c.test_layout.microbatches << "x"
      << c.test_layout.data_parallel << (r.parallel.use_distributed_optimizer ? " distributed-optimizer" : "")
+     << (r.parallel.overlap_grad_reduce ? " overlap-grad-reduce bucket " + std::to_string(r.parallel.ddp_bucket_size) : "")
+     << (r.parallel.overlap_param_gather ? " overlap-param-gather" : "")
      << " | b1 " << r.optimizer.adam_beta1 << " b2 "
      << r.optimizer.adam_beta2 << " eps " << r.optimizer.adam_eps << " wd "
      << r.schedule.weight_decay << (r.schedule.weight_decay_incr_style == WeightDecayIncrStyle::linear

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "production/comm_lane.hpp"
 #include "production/kernels/attention.hpp"
 #include "production/kernels/cross_entropy.hpp"
 #include "production/kernels/elementwise.hpp"
@@ -65,8 +66,12 @@ class Backend {
   virtual void copy_to_host(void* host_destination, const void* source, std::int64_t bytes) = 0;
   virtual void copy(void* destination, const void* source, std::int64_t bytes) = 0;
   virtual void synchronize() = 0;  // waits for every op issued so far
-  // The cudaStream_t every op runs on (NCCL enqueues there); null for the cpu backend.
+  // The cudaStream_t every op runs on (NCCL enqueues there); null for the cpu backend. While a
+  // lane's work is issued, the lane's stream.
   virtual void* cuda_stream() const { return nullptr; }
+  // A lane for work beside this backend's ops (comm_lane.hpp); the cpu backend's runs on a worker
+  // thread when `worker_thread` (the collectives allow it), else inline.
+  virtual std::unique_ptr<CommLane> make_comm_lane(bool worker_thread) = 0;
 
   // The step's operations (production/kernels/*.hpp say exactly what each computes).
   virtual void embedding_forward(const EmbeddingForwardParams& params) = 0;

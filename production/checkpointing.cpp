@@ -38,16 +38,21 @@ std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std:
   const checkpoint::RankExchange ranks{collectives.rank(), collectives.size(), [&collectives](const std::string& text) {
                                          return all_gather_strings(collectives, text);
                                        }};
-  return checkpoint::save_sharded_checkpoint(save_dir, state, trainer.layout(), trainer.shard_state(), ranks, hooks);
+  const std::vector<MainStateSlice<float>> pieces = trainer.shard_pieces();
+  if (pieces.size() > 1) throw std::logic_error("TEMPORARY: several pieces per shard");
+  return checkpoint::save_sharded_checkpoint(save_dir, state, trainer.layout(),
+                                             pieces.empty() ? MainStateSlice<float>{trainer.layout().total_elements, {}, {}, {}} : pieces.front(), ranks, hooks);
 }
 
 std::vector<checkpoint::SettingChange> resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir) {
   const std::filesystem::path directory = checkpoint::resolve_checkpoint_directory(load_dir);
   const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(directory, {.iteration = {}, .read_optimizer = false, .read_tensors = false});
   auto changes = checkpoint::check_main_checkpoint<float>(kEngine, trainer.config(), saved);
-  trainer.restore(checkpoint::read_main_state_slice(directory, trainer.layout(), trainer.state_begin(),
-                                                    trainer.state_count()),
-                  saved.counters);
+  std::vector<MainStateSlice<float>> pieces;
+  for (const FlatRange& range : trainer.state_ranges()) {
+    pieces.push_back(checkpoint::read_main_state_slice(directory, trainer.layout(), range.begin, range.count));
+  }
+  trainer.restore(pieces, saved.counters);
   return changes;
 }
 

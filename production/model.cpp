@@ -163,12 +163,14 @@ void DecoderModel::forward(const void* weights) {
 
   backend_.rope_table(RopeTableParams{positions_.data(), rope_cosines_.data(), rope_sines_.data(),
                                       rows_, hd, config_.rotary_base});
+  before_weights(embedding_span());
   backend_.embedding_forward(EmbeddingForwardParams{tokens_.data(), weight_at(weights, layout_.embedding),
                                                     stream_.data(), rows_, d, compute_});
 
   for (std::size_t layer = 0; layer < blocks_.size(); ++layer) {
     const LayerTensorIndices& index = layout_.layers[layer];
     BlockActivations& block = blocks_[layer];
+    before_weights(layer_span(layer));
     backend_.copy(block.block_input.data(), stream_.data(), rows_ * d * dtype_bytes(compute_));
 
     // RMSNorm -> attention -> residual add.
@@ -205,6 +207,7 @@ void DecoderModel::forward(const void* weights) {
     backend_.add(AddParams{block.mid.data(), branch_.data(), stream_.data(), rows_ * d, compute_});
   }
 
+  before_weights(tail_span());
   backend_.rmsnorm_forward(RmsnormForwardParams{stream_.data(), weight_at(weights, layout_.final_norm),
                                                 final_normed_.data(), final_inverse_rms_.data(), rows_,
                                                 d, epsilon_, compute_});
@@ -295,6 +298,7 @@ void DecoderModel::backward(const void* weights, float* main_grads) {
 
   // Final norm: normed_grad holds the output projection's input gradient.
   rmsnorm_backward(stream_.data(), layout_.final_norm, final_inverse_rms_.data(), false);
+  gradients_done(tail_span());  // the untied output projection's was added before
 
   for (std::size_t layer = blocks_.size(); layer-- > 0;) {
     const LayerTensorIndices& index = layout_.layers[layer];
@@ -338,12 +342,33 @@ void DecoderModel::backward(const void* weights, float* main_grads) {
     linear_backward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, block.attn_normed.data(),
                     value_grad_.data(), normed_grad_.data(), true, main_grads);
     rmsnorm_backward(block.block_input.data(), index.input_norm, block.attn_inverse_rms.data(), true);
+    gradients_done(layer_span(layer));
   }
 
   // Embedding (and, when tied, the same tensor as the output projection: SPEC 4).
   backend_.embedding_backward(EmbeddingBackwardParams{tokens_.data(), stream_grad_.data(),
                                                       main_grads + layout_.tensor(layout_.embedding).offset,
                                                       rows_, d, config_.padded_vocab_size, compute_});
+  gradients_done(embedding_span());
+}
+
+DecoderModel::FlatSpan DecoderModel::embedding_span() const {
+  const ParameterTensor& embedding = layout_.tensor(layout_.embedding);
+  return {embedding.offset, embedding.offset + embedding.numel};
+}
+
+// A layer's tensors are consecutive in the flat buffer (core/model_layout.hpp), from its input
+// norm to the next layer's input norm, or to the final norm after the last layer.
+DecoderModel::FlatSpan DecoderModel::layer_span(std::size_t layer) const {
+  const std::int64_t begin = layout_.tensor(layout_.layers[layer].input_norm).offset;
+  const std::int64_t end = layer + 1 < layout_.layers.size()
+                               ? layout_.tensor(layout_.layers[layer + 1].input_norm).offset
+                               : layout_.tensor(layout_.final_norm).offset;
+  return {begin, end};
+}
+
+DecoderModel::FlatSpan DecoderModel::tail_span() const {
+  return {layout_.tensor(layout_.final_norm).offset, layout_.total_elements};
 }
 
 void DecoderModel::forward_backward(const std::vector<Sample>& samples, const void* compute_weights,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/config.hpp"
@@ -40,6 +41,16 @@ struct DecoderOptions {
   DType compute = DType::f32;
 };
 
+// Where the trainer's overlap (trainer.hpp) meets the model: flat ranges [begin, end) of the
+// parameter buffer, each a stage of the model (the embedding; one layer's tensors; the final norm
+// and an untied output projection), reported in the order the model reaches them.
+struct ModelHooks {
+  // The forward is about to read the compute weights of [begin, end) for the first time.
+  std::function<void(std::int64_t begin, std::int64_t end)> before_weights;
+  // The backward has added its last contribution to the main gradients of [begin, end).
+  std::function<void(std::int64_t begin, std::int64_t end)> gradients_done;
+};
+
 // 256 MiB of fp32 logits per chunk by default: 512 rows at a 128k vocabulary.
 inline constexpr std::int64_t kLogitsChunkBytes = std::int64_t{256} << 20;
 
@@ -59,6 +70,9 @@ class DecoderModel {
   // through the loss-only cross-entropy; no gradient is computed or touched.
   void forward_loss(const std::vector<Sample>& samples, const void* compute_weights,
                     float* row_losses);
+
+  // Called by forward_backward and forward_loss until replaced; empty functions are skipped.
+  void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
 
   std::int64_t rows() const { return rows_; }
   std::int64_t logits_chunk_rows() const { return chunk_rows_; }
@@ -84,7 +98,22 @@ class DecoderModel {
                        const void* output_grad, void* input_grad, bool accumulate,
                        float* main_grads);
   const void* weight_at(const void* weights, std::int64_t tensor_index) const;
+  // The hooks' ranges: the embedding, layer `layer`, and the tail (final norm onwards).
+  struct FlatSpan {
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+  };
+  FlatSpan embedding_span() const;
+  FlatSpan layer_span(std::size_t layer) const;
+  FlatSpan tail_span() const;
+  void before_weights(FlatSpan span) const {
+    if (hooks_.before_weights) hooks_.before_weights(span.begin, span.end);
+  }
+  void gradients_done(FlatSpan span) const {
+    if (hooks_.gradients_done) hooks_.gradients_done(span.begin, span.end);
+  }
 
+  ModelHooks hooks_;
   ModelConfig config_;
   ModelLayout layout_;  // a copy: the model never dangles when its owner moves
   Backend& backend_;

@@ -92,7 +92,12 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                             : config.parallel.use_distributed_optimizer
                                   ? "distributed, one rank (it holds the whole state)"
                                   : "replicated"},
-          {"shard_elements", trainer.shards().shard_elements}}}};
+          {"gradient_buckets", trainer.shards().buckets.size()},
+          {"bucket_elements", trainer.shards().buckets.front().elements},
+          {"rank_elements", trainer.shards().rank_elements()},
+          {"overlap", {{"grad_reduce", trainer.overlaps_grad_reduce()},
+                       {"param_gather", trainer.overlaps_param_gather()},
+                       {"lane", trainer.overlaps_grad_reduce() ? trainer.lane_description() : "none"}}}}}};
     extra.update(resume_header_fields(config, resume_changes));
     log.write(header_record(identity, config, trainer.layout(),
                             data::data_description(*source, config, config.data.data_path.empty()),

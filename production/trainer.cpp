@@ -108,26 +108,46 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   compute_ = config_.optimizer.bf16 ? DType::bf16 : DType::f32;  // SPEC 7
   const std::int64_t n = layout_.total_elements;
   const int ranks = collectives_->size();
-  shards_ = make_flat_shards(n, ranks, kNormBlockElements);
+  const int rank = collectives_->rank();
+  shards_ = make_flat_shards(n, ranks, kNormBlockElements, gradient_bucket_parameters(config_.parallel));
   distributed_ = ranks > 1 && config_.parallel.use_distributed_optimizer;
-  state_begin_ = distributed_ ? shards_.begin(collectives_->rank()) : 0;
-  state_count_ = distributed_ ? shards_.count(collectives_->rank()) : n;
-  segments_ = segments_in_range(decay_segments(layout_), state_begin_, state_count_);
+  overlap_grad_reduce_ = ranks > 1 && config_.parallel.overlap_grad_reduce;
+  overlap_param_gather_ = distributed_ && config_.parallel.overlap_param_gather;
+  const std::vector<DecaySegment> segments = decay_segments(layout_);
+  const std::vector<FlatRange> kept = distributed_ ? shards_.owned(rank) : std::vector<FlatRange>{{0, n}};
+  for (const FlatRange& range : kept) {
+    if (range.count == 0) continue;
+    pieces_.push_back(StatePiece{range.begin, range.count, state_count_,
+                                 segments_in_range(segments, range.begin, range.count)});
+    state_count_ += range.count;
+  }
+  lane_ = backend_->make_comm_lane(collectives_->callable_from_other_threads());
 
-  // SPEC 4: fp32 values, bit-identical to every engine's iteration 0; each rank keeps its range.
+  // SPEC 4: fp32 values, bit-identical to every engine's iteration 0; each rank keeps its pieces.
   const std::vector<float> initial = initial_parameters(config_.model, config_.data.seed);  // [N]
   main_weights_ = Buffer<float>(*backend_, state_count_);
-  main_weights_.upload(std::span<const float>(initial).subspan(static_cast<std::size_t>(state_begin_),
-                                                               static_cast<std::size_t>(state_count_)));
+  for (const StatePiece& piece : pieces_) {
+    backend_->copy_from_host(main_weights_.at(piece.local), initial.data() + piece.begin,
+                             piece.count * static_cast<std::int64_t>(sizeof(float)));
+  }
   main_grads_ = Buffer<float>(*backend_, shards_.padded());
-  if (ranks > 1) received_grads_ = Buffer<float>(*backend_, shards_.shard_elements);
+  if (ranks > 1) {
+    // The others' contributions to a slice arrive in rows of at most 2^25 elements in all.
+    std::int64_t largest_slice = 0;
+    for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
+      largest_slice = std::max(largest_slice, shards_.slice(bucket));
+    }
+    constexpr std::int64_t kReceiveElements = std::int64_t{1} << 25;
+    exchange_chunk_ = std::min(largest_slice, std::max(kNormBlockElements, kReceiveElements / (ranks - 1)));
+    received_grads_ = Buffer<float>(*backend_, (ranks - 1) * exchange_chunk_);
+  }
   exp_avg_ = Buffer<float>(*backend_, state_count_);
   exp_avg_sq_ = Buffer<float>(*backend_, state_count_);
   if (compute_ != DType::f32 || distributed_) {
     compute_weights_ = ComputeBuffer(*backend_, compute_, shards_.padded());
   }
   publish_compute_weights();
-  norm_blocks_ = Buffer<double>(*backend_, shards_.shard_elements / kNormBlockElements);
+  norm_blocks_ = Buffer<double>(*backend_, shards_.rank_elements() / kNormBlockElements);
 
   DecoderOptions decoder;
   decoder.micro_batch_size = config_.batch.micro_batch_size;
@@ -138,17 +158,91 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
 }
 
 // The compute weights from this rank's main state: converted (bf16) or copied (fp32 with the
-// distributed optimizer) into the compute buffer at the state's offset, then all-gathered from
-// the shards' owners when the state is sharded. fp32 with a whole state: the main weights serve.
+// distributed optimizer) into the compute buffer at the pieces' places, then all-gathered from the
+// slices' owners when the state is sharded. fp32 with a whole state: the main weights serve.
 void Trainer::publish_compute_weights() {
   if (compute_weights_.size() == 0) return;
-  if (state_count_ > 0) {
-    backend_->convert(ConvertParams{main_weights_.data(), compute_weights_.at(state_begin_),
-                                    state_count_, DType::f32, compute_});
+  for (const StatePiece& piece : pieces_) {
+    backend_->convert(ConvertParams{main_weights_.at(piece.local), compute_weights_.at(piece.begin),
+                                    piece.count, DType::f32, compute_});
   }
-  if (distributed_) {
-    collectives_->all_gather_in_place(compute_weights_.data(),
-                                      shards_.shard_elements * dtype_bytes(compute_));
+  gather_deferred_ = false;
+  if (!distributed_) return;
+  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) gather_bucket_compute_weights(bucket);
+}
+
+void Trainer::gather_bucket_compute_weights(std::size_t bucket) {
+  collectives_->all_gather_in_place(compute_weights_.at(shards_.buckets[bucket].begin),
+                                    shards_.slice(bucket) * dtype_bytes(compute_));
+}
+
+void Trainer::finish_compute_weights() {
+  if (!gather_deferred_) return;
+  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) gather_bucket_compute_weights(bucket);
+  gather_deferred_ = false;
+}
+
+void Trainer::forward_backward_and_reduce(const std::vector<std::vector<Sample>>& batch,
+                                          const std::vector<float>& loss_scales) {
+  const std::int64_t rows = model_->rows();
+  const std::size_t buckets = shards_.buckets.size();
+  // The bucket holding each end of a flat range [begin, end) (end > begin).
+  const auto first_bucket = [this](std::int64_t begin) { return shards_.bucket_of(begin); };
+  const auto last_bucket = [this](std::int64_t end) { return shards_.bucket_of(end - 1); };
+
+  // --overlap-param-gather: every bucket's all-gather goes to the lane now, in flat order; the
+  // forward waits for each just before it first reads weights in it (a lane's tickets complete
+  // in order, so waiting for a bucket waits for those before it too).
+  std::vector<CommLane::Ticket> gathered(buckets, 0);
+  if (gather_deferred_) {
+    for (std::size_t bucket = 0; bucket < buckets; ++bucket) {
+      gathered[bucket] = lane_->submit([this, bucket] { gather_bucket_compute_weights(bucket); });
+    }
+    gather_deferred_ = false;
+  }
+  // --overlap-grad-reduce: the elements of each bucket whose gradient the last microbatch's
+  // backward has yet to finish; a bucket goes to the lane when its count reaches 0.
+  std::vector<std::int64_t> unfinished(buckets, 0);
+  for (std::size_t bucket = 0; bucket < buckets; ++bucket) {
+    const GradientBucket& b = shards_.buckets[bucket];
+    unfinished[bucket] = std::max<std::int64_t>(0, std::min(b.begin + b.elements, shards_.total) - b.begin);
+  }
+  std::size_t reduced = 0;  // buckets handed to the lane
+
+  main_grads_.zero();
+  for (std::size_t m = 0; m < batch.size(); ++m) {
+    ModelHooks hooks;
+    if (m == 0 && gathered.front() != 0) {
+      hooks.before_weights = [&](std::int64_t begin, std::int64_t end) {
+        if (end > begin) lane_->wait(gathered[last_bucket(end)]);
+      };
+    }
+    if (m + 1 == batch.size() && overlap_grad_reduce_) {
+      hooks.gradients_done = [&](std::int64_t begin, std::int64_t end) {
+        if (end <= begin) return;
+        for (std::size_t bucket = first_bucket(begin); bucket <= last_bucket(end); ++bucket) {
+          const GradientBucket& b = shards_.buckets[bucket];
+          unfinished[bucket] -= std::min(end, b.begin + b.elements) - std::max(begin, b.begin);
+          if (unfinished[bucket] == 0) {
+            lane_->submit([this, bucket] { reduce_bucket(bucket); });
+            ++reduced;
+          }
+        }
+      };
+    }
+    model_->set_hooks(std::move(hooks));
+    model_->forward_backward(batch[m], compute_weights(), loss_scales[m], main_grads_.data(),
+                             row_losses_.at(static_cast<std::int64_t>(m) * rows));
+  }
+  model_->set_hooks({});
+  lane_->drain();  // every gather waited for; every submitted reduction done before what follows
+  if (collectives_->size() == 1) return;
+  if (overlap_grad_reduce_ && reduced != buckets) {
+    throw std::logic_error("Trainer: the backward finished " + std::to_string(reduced) + " of " +
+                           std::to_string(buckets) + " gradient buckets (the model's hooks missed elements)");
+  }
+  if (!overlap_grad_reduce_) {
+    for (std::size_t bucket = 0; bucket < buckets; ++bucket) reduce_bucket(bucket);
   }
 }
 
@@ -195,6 +289,7 @@ EvaluationRecord Trainer::evaluate(const SampleProvider& validation, std::int64_
   const std::int64_t gbs = config_.batch.global_batch_size;
   const std::int64_t microbatches = config_.microbatches_per_replica();
   const std::int64_t rows = model_->rows();
+  finish_compute_weights();  // --overlap-param-gather deferred them to a forward
   EvaluationRecord record;
   record.iteration = counters_.iteration;
   // One running sum over every batch's microbatches in order (batch, m, rank), as the reference
@@ -221,42 +316,74 @@ EvaluationRecord Trainer::evaluate(const SampleProvider& validation, std::int64_
   return record;
 }
 
-// SPEC 1 "reduction over replicas" as a ring reduce-scatter: in step k = 1 .. DP-1 rank r sends
-// its contribution to shard (r + k) mod DP to that shard's owner and receives the contribution of
-// rank (r - k) mod DP to its own shard, adding it in fp32 with the backend's add. So shard r is
-// ((g_r + g_{r-1}) + g_{r-2}) + ... (the owner's own first, then the ranks before it, cyclically):
-// a fixed order, so the bits do not depend on the transport, and each step moves one shard per
-// rank (a ring's bandwidth) through one shard-sized receive buffer. The replicated optimizer then
-// all-gathers the reduced shards.
-void Trainer::reduce_gradients() {
+// SPEC 1 "reduction over replicas", one bucket at a time: in step k = 1 .. DP-1 rank r sends its
+// contribution to the slice of rank (r + k) mod DP to that rank and receives the contribution of
+// rank (r - k) mod DP to its own slice, into row k-1 of received_grads_; then it adds the DP
+// contributions in rank order, ((g_0 + g_1) + g_2) + ..., in fp32 with the backend's add. A fixed
+// order that is the same whichever rank owns an element, so neither the transport nor the buckets
+// change a bit; each step moves one slice per rank (a ring's bandwidth). Slices longer than the
+// receive rows go in chunks (the order of each element's sum is unchanged). The replicated
+// optimizer then all-gathers the reduced slices of the bucket.
+void Trainer::reduce_bucket(std::size_t bucket) {
   const int ranks = collectives_->size();
-  if (ranks == 1) return;
   const int rank = collectives_->rank();
-  const std::int64_t shard = shards_.shard_elements;
-  float* mine = main_grads_.at(rank * shard);
-  for (int step = 1; step < ranks; ++step) {
-    const int to = (rank + step) % ranks;
-    const int from = (rank - step + ranks) % ranks;
-    collectives_->send_receive(main_grads_.at(to * shard), to, received_grads_.data(), from, shard);
+  const std::int64_t slice = shards_.slice(bucket);
+  for (std::int64_t first = 0; first < slice; first += exchange_chunk_) {
+    const std::int64_t count = std::min(exchange_chunk_, slice - first);
+    for (int step = 1; step < ranks; ++step) {
+      const int to = (rank + step) % ranks;
+      const int from = (rank - step + ranks) % ranks;
+      collectives_->send_receive(main_grads_.at(shards_.slice_begin(bucket, to) + first), to,
+                                 received_grads_.at((step - 1) * exchange_chunk_), from, count);
+    }
     if (options_.switches.mutants.unreduced_gradients) continue;  // test-only mutant: own part only
-    backend_->add(AddParams{mine, received_grads_.data(), mine, shard, DType::f32});
+    sum_in_rank_order(main_grads_.at(shards_.slice_begin(bucket, rank) + first), count);
   }
   if (!distributed_) {
-    collectives_->all_gather_in_place(main_grads_.data(), shard * static_cast<std::int64_t>(sizeof(float)));
+    collectives_->all_gather_in_place(main_grads_.at(shards_.buckets[bucket].begin),
+                                      slice * static_cast<std::int64_t>(sizeof(float)));
   }
 }
 
+void Trainer::sum_in_rank_order(float* mine, std::int64_t count) {
+  const int ranks = collectives_->size();
+  const int rank = collectives_->rank();
+  // Rank q's contribution: this rank's own, or the row it arrived in (step (rank - q) mod DP).
+  const auto theirs = [&](int q) { return received_grads_.at(((rank - q + ranks) % ranks - 1) * exchange_chunk_); };
+  const auto add = [&](const float* a, const float* b, float* out) {
+    backend_->add(AddParams{a, b, out, count, DType::f32});
+  };
+  if (rank == 0) {
+    for (int q = 1; q < ranks; ++q) add(mine, theirs(q), mine);
+    return;
+  }
+  float* below = theirs(0);  // the sum of ranks 0 .. rank-1, in rank 0's row
+  for (int q = 1; q < rank; ++q) add(below, theirs(q), below);
+  add(below, mine, mine);
+  for (int q = rank + 1; q < ranks; ++q) add(mine, theirs(q), mine);
+}
+
 // The whole flat range [N] of a main-state buffer: downloaded when whole on this rank, else each
-// rank's shard all-gathered through a padded scratch buffer.
+// rank's slices all-gathered, bucket by bucket, through a padded scratch buffer.
 std::vector<float> Trainer::gather_flat(const Buffer<float>& state_range) const {
   if (!distributed_) return state_range.download();
-  Buffer<float> whole(*backend_, shards_.padded());  // [DP x S]
-  if (state_count_ > 0) {
-    backend_->copy(whole.at(state_begin_), state_range.data(),
-                   state_count_ * static_cast<std::int64_t>(sizeof(float)));
+  Buffer<float> whole(*backend_, shards_.padded());
+  for (const StatePiece& piece : pieces_) {
+    backend_->copy(whole.at(piece.begin), state_range.at(piece.local),
+                   piece.count * static_cast<std::int64_t>(sizeof(float)));
   }
-  collectives_->all_gather_in_place(whole.data(), shards_.shard_elements * static_cast<std::int64_t>(sizeof(float)));
+  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
+    collectives_->all_gather_in_place(whole.at(shards_.buckets[bucket].begin),
+                                      shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(float)));
+  }
   return whole.download(0, shards_.total);
+}
+
+std::int64_t Trainer::local_offset(std::int64_t flat) const {
+  for (const StatePiece& piece : pieces_) {
+    if (flat >= piece.begin && flat < piece.begin + piece.count) return piece.local + (flat - piece.begin);
+  }
+  return -1;
 }
 
 HostState Trainer::host_state() const {
@@ -275,33 +402,59 @@ void Trainer::restore(const HostState& state) {
                                   " elements for a model of " + std::to_string(shards_.total));
     }
   }
-  restore(MainStateSlice<float>{0, state.params, state.exp_avg, state.exp_avg_sq}, state.counters);
-}
-
-MainStateSlice<float> Trainer::shard_state() const {
-  const int rank = collectives_->rank();
-  const std::int64_t begin = shards_.begin(rank);
-  const std::int64_t count = shards_.count(rank);
-  const std::int64_t local = begin - state_begin_;  // 0 with the distributed optimizer
-  return {begin, main_weights_.download(local, count), exp_avg_.download(local, count),
-          exp_avg_sq_.download(local, count)};
-}
-
-void Trainer::restore(const MainStateSlice<float>& slice, const Counters& counters) {
-  const auto size = static_cast<std::int64_t>(slice.params.size());
-  if (slice.begin > state_begin_ || slice.begin + size < state_begin_ + state_count_ ||
-      static_cast<std::int64_t>(slice.exp_avg.size()) != size || static_cast<std::int64_t>(slice.exp_avg_sq.size()) != size) {
-    throw std::invalid_argument("Trainer::restore: the slice [" + std::to_string(slice.begin) + ", " +
-                                std::to_string(slice.begin + size) + ") does not cover this rank's range [" +
-                                std::to_string(state_begin_) + ", " + std::to_string(state_begin_ + state_count_) + ")");
+  std::vector<MainStateSlice<float>> pieces;
+  for (const FlatRange& range : state_ranges()) {
+    const auto part = [&range](const std::vector<float>& values) {
+      const auto first = values.begin() + range.begin;
+      return std::vector<float>(first, first + range.count);
+    };
+    pieces.push_back(MainStateSlice<float>{range.begin, part(state.params), part(state.exp_avg), part(state.exp_avg_sq)});
   }
-  const auto mine = [this, &slice](const std::vector<float>& values) {
-    return std::span<const float>(values).subspan(static_cast<std::size_t>(state_begin_ - slice.begin),
-                                                  static_cast<std::size_t>(state_count_));
+  restore(pieces, state.counters);
+}
+
+std::vector<MainStateSlice<float>> Trainer::shard_pieces() const {
+  std::vector<MainStateSlice<float>> out;
+  for (const FlatRange& range : shards_.owned(collectives_->rank())) {
+    const std::int64_t local = local_offset(range.begin);  // it holds its slices either way
+    out.push_back(MainStateSlice<float>{range.begin, main_weights_.download(local, range.count),
+                                        exp_avg_.download(local, range.count),
+                                        exp_avg_sq_.download(local, range.count)});
+  }
+  return out;
+}
+
+std::vector<FlatRange> Trainer::state_ranges() const {
+  std::vector<FlatRange> ranges;
+  for (const StatePiece& piece : pieces_) ranges.push_back(FlatRange{piece.begin, piece.count});
+  return ranges;
+}
+
+void Trainer::restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters) {
+  const auto describe = [](std::int64_t begin, std::int64_t count) {
+    return "[" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")";
   };
-  main_weights_.upload(mine(slice.params));
-  exp_avg_.upload(mine(slice.exp_avg));
-  exp_avg_sq_.upload(mine(slice.exp_avg_sq));
+  if (pieces.size() != pieces_.size()) {
+    throw std::invalid_argument("Trainer::restore: " + std::to_string(pieces.size()) + " pieces for the " +
+                                std::to_string(pieces_.size()) + " ranges this rank keeps");
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const MainStateSlice<float>& piece = pieces[i];
+    const StatePiece& mine = pieces_[i];
+    const auto size = static_cast<std::int64_t>(piece.params.size());
+    if (piece.begin != mine.begin || size != mine.count || static_cast<std::int64_t>(piece.exp_avg.size()) != size ||
+        static_cast<std::int64_t>(piece.exp_avg_sq.size()) != size) {
+      throw std::invalid_argument("Trainer::restore: the piece " + describe(piece.begin, size) +
+                                  " is not this rank's range " + describe(mine.begin, mine.count));
+    }
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const StatePiece& mine = pieces_[i];
+    const auto bytes = mine.count * static_cast<std::int64_t>(sizeof(float));
+    backend_->copy_from_host(main_weights_.at(mine.local), pieces[i].params.data(), bytes);
+    backend_->copy_from_host(exp_avg_.at(mine.local), pieces[i].exp_avg.data(), bytes);
+    backend_->copy_from_host(exp_avg_sq_.at(mine.local), pieces[i].exp_avg_sq.data(), bytes);
+  }
   counters_ = counters;
   publish_compute_weights();
 }
@@ -314,8 +467,8 @@ std::vector<double> Trainer::audited_values(std::size_t values_per_element,
   const std::size_t count = audit_elements_.size() * values_per_element;
   std::vector<double> mine(count, 0.0);
   for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
-    const std::int64_t local = audit_elements_[i] - state_begin_;
-    if (local >= 0 && local < state_count_) read(audit_elements_[i], local, mine.data() + i * values_per_element);
+    const std::int64_t local = local_offset(audit_elements_[i]);
+    if (local >= 0) read(audit_elements_[i], local, mine.data() + i * values_per_element);
   }
   if (collectives_->size() == 1) return mine;
   const std::vector<double> all = all_gather_values(*collectives_, mine);  // [DP, count]
@@ -382,7 +535,6 @@ IterationRecord Trainer::run_iteration() {
   const std::int64_t gbs = config_.batch.global_batch_size;
   const std::int64_t microbatches = config_.microbatches_per_replica();
   const std::int64_t ranks = collectives_->size();
-  const std::int64_t rows = model_->rows();  // positions per microbatch
   const bool per_token = config_.data.loss_normalization == LossNormalization::per_token;
   IterationRecord record;
   record.iteration = counters_.iteration + 1;
@@ -413,12 +565,12 @@ IterationRecord Trainer::run_iteration() {
   }
   const std::int64_t global_loss_tokens = record.loss_tokens;
 
-  // 2. Forward/backward of every microbatch, fp32 main gradients accumulated across them.
-  // SPEC 5 scales as the reference: 1/(global loss tokens) per-token; microbatch-mean
-  // 1/(microbatch loss tokens x microbatches x DP); 0 without loss tokens. Rounded to fp32 once.
-  main_grads_.zero();
-  for (std::int64_t m = 0; m < microbatches; ++m) {
-    const auto& samples = batch[static_cast<std::size_t>(m)];
+  // 2. Forward/backward of every microbatch, fp32 main gradients accumulated across them, and the
+  // reduction over replicas (DP > 1). SPEC 5 scales as the reference: 1/(global loss tokens)
+  // per-token; microbatch-mean 1/(microbatch loss tokens x microbatches x DP); 0 without loss
+  // tokens. Rounded to fp32 once.
+  std::vector<float> loss_scales;
+  for (const auto& samples : batch) {
     std::int64_t microbatch_loss_tokens = 0;
     for (const Sample& sample : samples) microbatch_loss_tokens += sample.loss_tokens;
     double loss_scale = 0.0;
@@ -432,21 +584,21 @@ IterationRecord Trainer::run_iteration() {
       loss_scale = 1.0 / (static_cast<double>(microbatch_loss_tokens) *
                           static_cast<double>(microbatches * ranks));
     }
-    model_->forward_backward(samples, compute_weights(), static_cast<float>(loss_scale),
-                             main_grads_.data(), row_losses_.at(m * rows));
+    loss_scales.push_back(static_cast<float>(loss_scale));
   }
+  forward_backward_and_reduce(batch, loss_scales);
 
-  // 3. The reduction over replicas (DP > 1), then the test switch on the reduced gradient.
-  reduce_gradients();
-  if (options_.switches.nonfinite_gradient_iterations.count(record.iteration) != 0 && state_begin_ == 0 &&
-      state_count_ > 0) {
+  // 3. The test switch on the reduced gradient (element 0, where it is kept).
+  if (options_.switches.nonfinite_gradient_iterations.count(record.iteration) != 0 && local_offset(0) >= 0) {
     const float not_a_number = std::nanf("");
     backend_->copy_from_host(main_grads_.data(), &not_a_number, sizeof(float));
   }
   if (keep_last_gradient_) {
     if (distributed_) {
-      collectives_->all_gather_in_place(main_grads_.data(),
-                                        shards_.shard_elements * static_cast<std::int64_t>(sizeof(float)));
+      for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
+        collectives_->all_gather_in_place(main_grads_.at(shards_.buckets[bucket].begin),
+                                          shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(float)));
+      }
     }
     last_gradient_ = main_grads_.download(0, shards_.total);
   }
@@ -460,21 +612,33 @@ IterationRecord Trainer::run_iteration() {
   }
   record.loss = loss;
 
-  // 4. SPEC 6: the norm from fixed-order partial sums: each rank's shard's blocks, gathered, and
-  // summed in flat order (each element once).
-  const std::int64_t shard = shards_.shard_elements;
-  backend_->squared_norm(SquaredNormParams{main_grads_.at(collectives_->rank() * shard), norm_blocks_.data(),
-                                           shard, kNormBlockElements});
+  // 4. SPEC 6: the norm from fixed-order partial sums: the blocks of each rank's slices, gathered,
+  // and summed in flat order (bucket, then rank, then block: each element once).
+  const int rank = collectives_->rank();
+  std::int64_t block = 0;
+  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
+    backend_->squared_norm(SquaredNormParams{main_grads_.at(shards_.slice_begin(bucket, rank)), norm_blocks_.at(block),
+                                             shards_.slice(bucket), kNormBlockElements});
+    block += shards_.slice(bucket) / kNormBlockElements;
+  }
+  const std::vector<double> blocks = all_gather_values(*collectives_, norm_blocks_.download());  // [DP, block]
   double sum_of_squares = 0.0;
-  for (const double block : all_gather_values(*collectives_, norm_blocks_.download())) sum_of_squares += block;
+  std::int64_t first = 0;  // the bucket's first block in each rank's row
+  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
+    const std::int64_t count = shards_.slice(bucket) / kNormBlockElements;
+    for (std::int64_t r = 0; r < ranks; ++r) {
+      for (std::int64_t b = 0; b < count; ++b) sum_of_squares += blocks[static_cast<std::size_t>(r * block + first + b)];
+    }
+    first += count;
+  }
   const double grad_norm = std::sqrt(sum_of_squares);
   record.grad_norm = grad_norm;
-  // The norm the clip coefficient divides by. Test-only mutant: this rank's shard's norm (the
+  // The norm the clip coefficient divides by. Test-only mutant: this rank's slices' norm (the
   // skip decision keeps the global norm, so the ranks still make the same collective calls).
   double clip_norm = grad_norm;
   if (options_.switches.mutants.shard_local_norm) {
     double own = 0.0;
-    for (const double block : norm_blocks_.download()) own += block;
+    for (const double partial : norm_blocks_.download()) own += partial;
     clip_norm = std::sqrt(own);
   }
 
@@ -494,33 +658,44 @@ IterationRecord Trainer::run_iteration() {
       if (coeff < 1.0) {
         clip_coeff = coeff;
         record.clipped = true;
-        backend_->scale(ScaleParams{main_grads_.at(state_begin_), state_count_, static_cast<float>(coeff)});
+        for (const StatePiece& piece : pieces_) {
+          backend_->scale(ScaleParams{main_grads_.at(piece.begin), piece.count, static_cast<float>(coeff)});
+        }
       }
     }
     record.clip_coeff = clip_coeff;
 
-    // 7. SPEC 7: fused AdamW over this rank's state range, then the compute copy.
+    // 7. SPEC 7: fused AdamW over each piece of this rank's state, then the compute copy.
     const std::int64_t step = counters_.successful_updates + 1;
     std::vector<AuditEntry> audit = audit_before_update(record);
-    AdamwParams adamw;
-    adamw.params = main_weights_.data();
-    adamw.exp_avg = exp_avg_.data();
-    adamw.exp_avg_sq = exp_avg_sq_.data();
-    adamw.grads = main_grads_.at(state_begin_);
-    adamw.compute_weights = compute_ == DType::f32 ? nullptr : compute_weights_.at(state_begin_);
-    adamw.compute_dtype = compute_;
-    adamw.count = state_count_;
-    adamw.segments = segments_.data();
-    adamw.segment_count = static_cast<std::int64_t>(segments_.size());
-    adamw.hyper = adamw_hyper(config_.optimizer, step, lr, wd);
-    backend_->adamw(adamw);
+    for (const StatePiece& piece : pieces_) {
+      AdamwParams adamw;
+      adamw.params = main_weights_.at(piece.local);
+      adamw.exp_avg = exp_avg_.at(piece.local);
+      adamw.exp_avg_sq = exp_avg_sq_.at(piece.local);
+      adamw.grads = main_grads_.at(piece.begin);
+      adamw.compute_weights = compute_ == DType::f32 ? nullptr : compute_weights_.at(piece.begin);
+      adamw.compute_dtype = compute_;
+      adamw.count = piece.count;
+      adamw.segments = piece.segments.data();
+      adamw.segment_count = static_cast<std::int64_t>(piece.segments.size());
+      adamw.hyper = adamw_hyper(config_.optimizer, step, lr, wd);
+      backend_->adamw(adamw);
+    }
     if (distributed_) {
-      // fp32 compute: the shard's new weights into the compute copy; then every rank's shard.
-      if (compute_ == DType::f32 && state_count_ > 0) {
-        backend_->copy(compute_weights_.at(state_begin_), main_weights_.data(),
-                       state_count_ * static_cast<std::int64_t>(sizeof(float)));
+      // fp32 compute: the slices' new weights into the compute copy. Then every rank's slices:
+      // now, or bucket by bucket in the next forward (--overlap-param-gather).
+      if (compute_ == DType::f32) {
+        for (const StatePiece& piece : pieces_) {
+          backend_->copy(compute_weights_.at(piece.begin), main_weights_.at(piece.local),
+                         piece.count * static_cast<std::int64_t>(sizeof(float)));
+        }
       }
-      collectives_->all_gather_in_place(compute_weights_.data(), shard * dtype_bytes(compute_));
+      if (overlap_param_gather_) {
+        gather_deferred_ = true;
+      } else {
+        for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) gather_bucket_compute_weights(bucket);
+      }
     }
 
     // 8. Schedule and counters of a successful update.

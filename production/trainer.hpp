@@ -4,18 +4,30 @@
 // and v, and a bf16 compute copy of the weights with --bf16.
 //
 // Data parallel (DP ranks, one Trainer per rank, exchanging through production/collectives/):
-// rank r reads its own microbatches (SPEC 2), accumulates its fp32 main gradients, and the ranks
-// reduce-scatter them in a ring: each rank receives every other rank's contribution to its shard
-// (sharding.hpp), one step at a time, and adds it with its backend in a fixed order, so the
-// reduction's bits do not depend on the transport.
-// The norm sums fixed blocks that never straddle a shard. Then either
+// rank r reads its own microbatches (SPEC 2) and accumulates its fp32 main gradients. The flat
+// buffer is cut into gradient buckets, and rank r owns slice r of each (sharding.hpp; one bucket
+// without --overlap-grad-reduce). A bucket's reduce-scatter sends each owner every other rank's
+// contribution to its slice, and the owner adds the DP contributions in rank order 0, 1, ...,
+// DP-1 with its backend's fp32 add: a fixed order that depends neither on the transport nor on
+// which rank owns an element, so the bucket size and the overlap options change no bit.
+// The norm sums fixed blocks in flat order, each inside one slice. Then either
 //   - the distributed optimizer (--use-distributed-optimizer, Megatron's): each rank keeps only
-//     its shard of the main weights, m and v, runs AdamW on it and all-gathers the compute
-//     weights; or
-//   - the replicated optimizer (Megatron's default): the reduced shards are all-gathered and every
+//     its slices of the main weights, m and v, runs AdamW on them and all-gathers the compute
+//     weights bucket by bucket; or
+//   - the replicated optimizer (Megatron's default): each reduced bucket is all-gathered and every
 //     rank runs AdamW over the whole buffer.
 // Both compute every element with the same operations on the same inputs: their states are
 // bitwise equal (tests/production_data_parallel_test.cpp).
+//
+// Overlap (Megatron's options, DP > 1), through a lane beside the compute (comm_lane.hpp):
+//   - --overlap-grad-reduce: during the last microbatch's backward, each bucket's reduce-scatter
+//     (and, replicated, its all-gather) starts as soon as the backward has added its last
+//     gradient to every element of it;
+//   - --overlap-param-gather: the distributed optimizer's all-gather of the updated compute
+//     weights is deferred to the next forward, bucket by bucket, each waited for just before the
+//     forward first reads weights in it.
+// The exchanges and the sums are the same, in the same order: the results are bitwise those of
+// the run without overlap.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +35,7 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "core/config.hpp"
@@ -32,6 +45,7 @@
 #include "core/train/records.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
+#include "production/comm_lane.hpp"
 #include "production/model.hpp"
 #include "production/sharding.hpp"
 
@@ -115,6 +129,11 @@ class Trainer {
   const FlatShards& shards() const { return shards_; }
   // Whether this rank holds only its shard of the main state (--use-distributed-optimizer, DP > 1).
   bool distributed_optimizer() const { return distributed_; }
+  // The overlap this run does (DP > 1 only), and where the lane runs (comm_lane.hpp): for the log
+  // header.
+  bool overlaps_grad_reduce() const { return overlap_grad_reduce_; }
+  bool overlaps_param_gather() const { return overlap_param_gather_; }
+  const char* lane_description() const { return lane_->description(); }
 
   // The whole main state (downloaded; gathered from the shards with the distributed optimizer),
   // and its restoration (each rank uploads its range, then the compute copy is rebuilt).
@@ -122,15 +141,14 @@ class Trainer {
   void restore(const HostState& state);
 
   // For sharded checkpoints (core/checkpoint/sharded.hpp), with no exchange between ranks:
-  // this rank's shard of the main state [shards().begin(rank), + count(rank)) (it holds it with
-  // either optimizer), and the flat range this rank keeps, [begin, begin + count): its shard with
-  // the distributed optimizer, else everything.
-  MainStateSlice<float> shard_state() const;
-  std::int64_t state_begin() const { return state_begin_; }
-  std::int64_t state_count() const { return state_count_; }
-  // Restores from `slice`, which must cover this rank's range, and the counters (every rank
-  // calls it: the compute copy is rebuilt collectively).
-  void restore(const MainStateSlice<float>& slice, const Counters& counters);
+  // this rank's shard of the main state, its slices of the buckets cut at N (it holds them with
+  // either optimizer), and the flat ranges this rank keeps: its slices with the distributed
+  // optimizer, else [0, N).
+  std::vector<MainStateSlice<float>> shard_pieces() const;
+  std::vector<FlatRange> state_ranges() const;
+  // Restores from `pieces`, one per state_ranges() entry and equal to it in range, and the
+  // counters (every rank calls it: the compute copy is rebuilt collectively).
+  void restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters);
 
   // --audit-params: which flat elements to report in each iteration record (sorted).
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }
@@ -150,12 +168,28 @@ class Trainer {
   // `partial` + the global batch's masked CE terms from row_losses_, added in SPEC 5's order
   // (collective).
   double global_loss_sum(double partial) const;
-  void reduce_gradients();
+  // One bucket's reduce-scatter (the replicated optimizer: and its all-gather), on the caller's
+  // thread or as a lane's work.
+  void reduce_bucket(std::size_t bucket);
+  // `mine` (this rank's contribution, count elements) := the DP contributions in rank order, the
+  // others in received_grads_'s rows.
+  void sum_in_rank_order(float* mine, std::int64_t count);
+  // Forward/backward of the iteration's microbatches, with the reduction: overlapped with the last
+  // microbatch's backward, or after it.
+  void forward_backward_and_reduce(const std::vector<std::vector<Sample>>& batch,
+                                   const std::vector<float>& loss_scales);
+  // The compute copy of this rank's state (converted, or copied with fp32 and the distributed
+  // optimizer), then, with the distributed optimizer, every bucket all-gathered.
   void publish_compute_weights();
+  // The all-gathers --overlap-param-gather deferred to the next forward, now (evaluation).
+  void finish_compute_weights();
+  void gather_bucket_compute_weights(std::size_t bucket);
   const void* compute_weights() const;
   std::vector<float> gather_flat(const Buffer<float>& state_range) const;
+  // This rank's offset of flat element `flat` in its state buffers, or -1 when it does not keep it.
+  std::int64_t local_offset(std::int64_t flat) const;
   // read(flat, local, out): this rank's values of an audited element it holds (local: its offset
-  // in the state range) into out[0 .. values_per_element).
+  // in the state buffers) into out[0 .. values_per_element).
   using AuditRead = std::function<void(std::int64_t flat, std::int64_t local, double* out)>;
   std::vector<double> audited_values(std::size_t values_per_element, const AuditRead& read) const;
   std::vector<AuditEntry> audit_before_update(const IterationRecord& record) const;
@@ -169,23 +203,35 @@ class Trainer {
   std::shared_ptr<Collectives> collectives_;
   FlatShards shards_;
   bool distributed_ = false;
-  // The main state's range on this rank: its shard (distributed optimizer) or [0, N).
-  std::int64_t state_begin_ = 0;
-  std::int64_t state_count_ = 0;
+  bool overlap_grad_reduce_ = false;
+  bool overlap_param_gather_ = false;
+  // The main state on this rank, in pieces of the flat buffer: its slices (distributed optimizer)
+  // or [0, N), stored one after another in the state buffers.
+  struct StatePiece {
+    std::int64_t begin = 0;   // flat
+    std::int64_t count = 0;
+    std::int64_t local = 0;   // offset in main_weights_, exp_avg_, exp_avg_sq_
+    std::vector<DecaySegment> segments;  // AdamW's, relative to begin
+  };
+  std::vector<StatePiece> pieces_;
+  std::int64_t state_count_ = 0;  // elements of all pieces
   DType compute_ = DType::f32;
-  std::vector<DecaySegment> segments_;  // AdamW's segments over the state range
   Counters counters_;
   std::vector<std::int64_t> audit_elements_;
 
   Buffer<float> main_weights_;     // [state_count] fp32
-  Buffer<float> main_grads_;       // [DP x S] fp32, accumulated over microbatches, zero padding
-  Buffer<float> received_grads_;   // [S] one ring step's receive (DP > 1 only)
+  Buffer<float> main_grads_;       // [padded] fp32, accumulated over microbatches, zero padding
+  std::int64_t exchange_chunk_ = 0;  // elements of a slice exchanged at once
+  Buffer<float> received_grads_;   // [(DP-1) x exchange_chunk_] the others' contributions
   Buffer<float> exp_avg_;          // [state_count] fp32 m
   Buffer<float> exp_avg_sq_;       // [state_count] fp32 v
-  // [DP x S] compute copy: bf16 with --bf16; fp32 with the distributed optimizer; empty when the
+  // [padded] compute copy: bf16 with --bf16; fp32 with the distributed optimizer; empty when the
   // fp32 main weights are whole on this rank and serve as the compute weights.
   ComputeBuffer compute_weights_;
-  Buffer<double> norm_blocks_;     // [S / kNormBlockElements] this shard's squared-norm partials
+  bool gather_deferred_ = false;   // --overlap-param-gather: the next forward all-gathers
+  // [padded / DP / kNormBlockElements] this rank's slices' squared-norm partials, bucket by bucket
+  Buffer<double> norm_blocks_;
+  std::unique_ptr<CommLane> lane_;
   Buffer<float> row_losses_;       // [microbatches, mbs*seq] masked CE per position
   std::unique_ptr<DecoderModel> model_;
 

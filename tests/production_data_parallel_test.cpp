@@ -42,23 +42,68 @@ using production::FlatShards;
 using production::HostState;
 using production::Trainer;
 
-TEST(FlatShards, AlignedShardsCoverTheBufferAndTheLastMayBeShortOrEmpty) {
+TEST(FlatShards, OneBucketGivesEachRankOneAlignedSliceAndTheLastMayBeShortOrEmpty) {
   // 5000 elements over 4 ranks: 1250 per rank rounds up to 2 blocks of 1024.
   const FlatShards shards = production::make_flat_shards(5000, 4, 1024);
-  EXPECT_EQ(shards.shard_elements, 2 * 1024);
+  ASSERT_EQ(shards.buckets.size(), 1u);
+  EXPECT_EQ(shards.slice(0), 2 * 1024);
   EXPECT_EQ(shards.padded(), 4 * 2048);
-  const std::vector<std::int64_t> begins = {0, 2048, 4096, 5000};
-  const std::vector<std::int64_t> counts = {2048, 2048, 5000 - 4096, 0};
+  EXPECT_EQ(shards.rank_elements(), 2048);
+  const std::vector<std::vector<FlatRange>> owned = {{{0, 2048}}, {{2048, 2048}}, {{4096, 5000 - 4096}}, {}};
   for (std::int64_t rank = 0; rank < 4; ++rank) {
-    EXPECT_EQ(shards.begin(rank), begins[static_cast<std::size_t>(rank)]) << "rank " << rank;
-    EXPECT_EQ(shards.count(rank), counts[static_cast<std::size_t>(rank)]) << "rank " << rank;
+    EXPECT_EQ(shards.owned(rank), owned[static_cast<std::size_t>(rank)]) << "rank " << rank;
+    EXPECT_EQ(shards.slice_begin(0, rank), 2048 * rank);
   }
   EXPECT_EQ(shards.owner(4999), 2);
   EXPECT_EQ(shards.owner(2048), 1);
-  // One rank holds everything; an empty model still has one (empty) aligned shard.
-  EXPECT_EQ(production::make_flat_shards(5000, 1, 1024).shard_elements, 5 * 1024);
-  EXPECT_EQ(production::make_flat_shards(0, 2, 1024).count(0), 0);
+  EXPECT_EQ(shards.owner(8191), 3);  // padding has an owner too
+  EXPECT_THROW(shards.owner(8192), std::out_of_range);
+  // One rank holds everything; an empty model still has one (empty) aligned bucket.
+  EXPECT_EQ(production::make_flat_shards(5000, 1, 1024).slice(0), 5 * 1024);
+  EXPECT_TRUE(production::make_flat_shards(0, 2, 1024).owned(0).empty());
+  EXPECT_EQ(production::make_flat_shards(0, 2, 1024).padded(), 2048);
   EXPECT_THROW(production::make_flat_shards(10, 0, 1024), std::invalid_argument);
+}
+
+TEST(FlatShards, BucketsAreRoundedToRanksTimesTheAlignmentAndEachRankOwnsASliceOfEach) {
+  // 10,000 elements, 2 ranks, buckets of 3000 -> 4096 (2 x 2048); the last holds the rest:
+  // [0, 4096), [4096, 8192), [8192, 10240) padded from 10,000.
+  const FlatShards shards = production::make_flat_shards(10000, 2, 1024, 3000);
+  ASSERT_EQ(shards.buckets.size(), 3u);
+  EXPECT_EQ(shards.buckets[0].begin, 0);
+  EXPECT_EQ(shards.buckets[1].begin, 4096);
+  EXPECT_EQ(shards.buckets[2].begin, 8192);
+  EXPECT_EQ(shards.buckets[2].elements, 2048);
+  EXPECT_EQ(shards.padded(), 10240);
+  EXPECT_EQ(shards.rank_elements(), 5120);
+  // Rank 0: [0, 2048), [4096, 6144), [8192, 9216); rank 1 the other halves, its last cut at N.
+  EXPECT_EQ(shards.owned(0), (std::vector<FlatRange>{{0, 2048}, {4096, 2048}, {8192, 1024}}));
+  EXPECT_EQ(shards.owned(1), (std::vector<FlatRange>{{2048, 2048}, {6144, 2048}, {9216, 10000 - 9216}}));
+  EXPECT_EQ(shards.owner(2047), 0);
+  EXPECT_EQ(shards.owner(2048), 1);
+  EXPECT_EQ(shards.owner(4096), 0);
+  EXPECT_EQ(shards.owner(9999), 1);
+  EXPECT_EQ(shards.bucket_of(8191), 1u);
+  // A bucket size below ranks x alignment is one unit; the buckets always tile [0, padded()).
+  const FlatShards small = production::make_flat_shards(5000, 2, 1024, 1);
+  EXPECT_EQ(small.buckets.size(), 3u);
+  std::int64_t next = 0;
+  for (const auto& bucket : small.buckets) {
+    EXPECT_EQ(bucket.begin, next);
+    EXPECT_EQ(bucket.elements % 2048, 0);
+    next += bucket.elements;
+  }
+  EXPECT_EQ(next, small.padded());
+  // Megatron's default bucket size, taken only with --overlap-grad-reduce.
+  ParallelConfig parallel;
+  parallel.data_parallel = 80;
+  EXPECT_EQ(gradient_bucket_parameters(parallel), 0);
+  parallel.overlap_grad_reduce = true;
+  EXPECT_EQ(gradient_bucket_parameters(parallel), 80'000'000);
+  parallel.data_parallel = 8;
+  EXPECT_EQ(gradient_bucket_parameters(parallel), 40'000'000);
+  parallel.ddp_bucket_size = 1234;
+  EXPECT_EQ(gradient_bucket_parameters(parallel), 1234);
 }
 
 TEST(FlatShards, DecaySegmentsAreCutAtTheRangeAndMadeRelative) {
@@ -214,6 +259,7 @@ class Ranks {
   void resume(const std::filesystem::path& dir) {
     ranks_.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, dir); });
   }
+  void each(const std::function<void(Trainer&, int)>& body) { ranks_.each(body); }
   void audit(const std::vector<std::int64_t>& elements) {
     for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_.at(r).set_audit_elements(elements);
   }
@@ -294,6 +340,91 @@ TEST(DataParallel, EveryRankReportsTheSameRecordAndTheDistributedOptimizerEquals
       }
     }
   }
+}
+
+// Megatron's overlap options and the bucket size are throughput options: the exchanges and the
+// sums are the same, in the same order (each element's DP contributions added in rank order,
+// whichever rank owns it), so every record, audit entry, evaluation and state is bitwise that of
+// the run with one bucket and no overlap; the thread-group ranks run the lane on a worker thread,
+// so the overlapped exchanges really run beside the compute.
+TEST(DataParallel, OverlapAndBucketSizeChangeNoBit) {
+  struct Variant {
+    const char* name;
+    bool grad_reduce;
+    bool param_gather;
+    std::int64_t bucket;
+  };
+  const std::vector<Variant> variants = {{"buckets of 1 (one unit each), overlap-grad-reduce", true, false, 1},
+                                         {"buckets of 5000, overlap-grad-reduce", true, false, 5000},
+                                         {"Megatron's default bucket, overlap-grad-reduce", true, false, 0},
+                                         {"buckets of 1, both overlaps", true, true, 1}};
+  for (const bool bf16 : {false, true}) {
+    for (const std::int64_t ranks : {2, 3}) {
+      for (const bool distributed : {false, true}) {
+        const std::string what = std::to_string(ranks) + " ranks" + (bf16 ? " bf16" : " fp32") +
+                                 (distributed ? " distributed" : " replicated");
+        const RunConfig base = tiny_run(ranks, 2 * ranks, bf16, distributed);
+        Ranks plain(base);
+        const std::int64_t n = plain.rank(0).layout().total_elements;
+        const std::vector<std::int64_t> audited = {0, n / 3, n / 2, n - 1};
+        plain.audit(audited);
+        std::vector<std::vector<IterationRecord>> expected;
+        for (int iteration = 0; iteration < 3; ++iteration) expected.push_back(plain.run_iteration());
+        const HostState expected_state = plain.state();
+        for (const Variant& variant : variants) {
+          if (variant.param_gather && !distributed) continue;  // Megatron: distributed optimizer only
+          const std::string case_name = what + ", " + variant.name;
+          RunConfig config = base;
+          config.parallel.overlap_grad_reduce = variant.grad_reduce;
+          config.parallel.overlap_param_gather = variant.param_gather;
+          config.parallel.ddp_bucket_size = variant.bucket;
+          Ranks overlapped(config);
+          ASSERT_TRUE(overlapped.rank(0).overlaps_grad_reduce()) << case_name;
+          EXPECT_EQ(overlapped.rank(0).overlaps_param_gather(), variant.param_gather) << case_name;
+          EXPECT_STREQ(overlapped.rank(0).lane_description(), "worker thread") << case_name;
+          if (variant.bucket == 1) {
+            EXPECT_GE(overlapped.rank(0).shards().buckets.size(), 3u) << case_name << ": too few buckets to test";
+          }
+          overlapped.audit(audited);
+          for (int iteration = 0; iteration < 3; ++iteration) {
+            const auto records = overlapped.run_iteration();
+            for (std::size_t r = 0; r < records.size(); ++r) {
+              const std::string where = case_name + ", iteration " + std::to_string(iteration + 1) + ", rank " + std::to_string(r);
+              expect_same_record(expected[static_cast<std::size_t>(iteration)][r], records[r], where);
+              for (std::size_t i = 0; i < audited.size(); ++i) {
+                EXPECT_EQ(expected[static_cast<std::size_t>(iteration)][r].audit[i].new_value, records[r].audit[i].new_value)
+                    << where << " audit " << i;
+              }
+            }
+          }
+          expect_same_state(expected_state, overlapped.state(), case_name);
+        }
+      }
+    }
+  }
+}
+
+// With --overlap-param-gather the all-gather of the updated weights waits for the next forward;
+// an evaluation between two iterations must gather them first (it reads every weight).
+TEST(DataParallel, AnEvaluationAfterADeferredWeightGatherSeesTheUpdatedWeights) {
+  RunConfig config = tiny_run(2, 4, true, true);
+  Ranks plain(config);
+  config.parallel.overlap_grad_reduce = true;
+  config.parallel.overlap_param_gather = true;
+  config.parallel.ddp_bucket_size = 1;
+  Ranks overlapped(config);
+  const production::SampleProvider validation = testing::tiny_production_samples();
+  for (Ranks* ranks : {&plain, &overlapped}) ranks->run_iteration();
+  std::vector<EvaluationRecord> evaluations(2);
+  for (int which = 0; which < 2; ++which) {
+    Ranks& ranks = which == 0 ? plain : overlapped;
+    std::vector<EvaluationRecord> records(2);
+    ranks.each([&](Trainer& trainer, int rank) { records[static_cast<std::size_t>(rank)] = trainer.evaluate(validation, 2); });
+    evaluations[static_cast<std::size_t>(which)] = records[0];
+  }
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(evaluations[0].loss), std::bit_cast<std::uint64_t>(evaluations[1].loss));
+  // And training continues from the same weights.
+  expect_same_record(plain.run_iteration()[0], overlapped.run_iteration()[0], "the iteration after the evaluation");
 }
 
 TEST(DataParallel, RunsAreBitwiseReproducible) {

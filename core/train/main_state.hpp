@@ -10,6 +10,13 @@
 
 namespace tandem {
 
+// Elements [begin, begin + count) of the flat parameter buffer.
+struct FlatRange {
+  std::int64_t begin = 0;
+  std::int64_t count = 0;
+  bool operator==(const FlatRange&) const = default;
+};
+
 template <class Scalar>
 struct MainState {
   std::vector<Scalar> params;      // [layout.total_elements] main weights

@@ -47,6 +47,10 @@ class Collectives {
   virtual void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) = 0;
 
   virtual void barrier() = 0;
+
+  // Whether a thread other than the one that made these collectives may call them (never two at
+  // once): a cpu backend's lane (comm_lane.hpp) exchanges on its worker thread when true.
+  virtual bool callable_from_other_threads() const { return true; }
 };
 
 // The identity: one rank, nothing to exchange.

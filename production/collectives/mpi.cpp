@@ -55,6 +55,11 @@ class MpiCollectives final : public Collectives {
           "MPI_Allgather");
   }
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  bool callable_from_other_threads() const override {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_SERIALIZED;
+  }
 
  private:
   int rank_ = 0;
@@ -76,8 +81,9 @@ MpiSession::MpiSession(bool force) {
   check(MPI_Initialized(&initialized), "MPI_Initialized");
   if (initialized) throw std::logic_error("MpiSession: MPI is already initialized (one session per process)");
   int provided = 0;
-  // Funneled: only the thread that created the session calls MPI.
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // Serialized: one thread at a time, which may be a lane's worker (comm_lane.hpp) while the
+  // main thread computes; an MPI that offers less makes the cpu backend's lanes run inline.
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
   active_ = true;
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");

@@ -22,7 +22,7 @@ void check(ncclResult_t status, const char* call) {
 class NcclCollectives final : public Collectives {
  public:
   explicit NcclCollectives(Backend& backend)
-      : control_(make_mpi_collectives()), stream_(static_cast<cudaStream_t>(backend.cuda_stream())) {
+      : control_(make_mpi_collectives()), backend_(&backend) {
     ncclUniqueId id{};
     if (control_->rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
@@ -47,24 +47,28 @@ class NcclCollectives final : public Collectives {
   void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
     const auto elements = static_cast<std::size_t>(count);
     check(ncclGroupStart(), "ncclGroupStart");
-    check(ncclSend(sent, elements, ncclFloat32, to, comm_, stream_), "ncclSend");
-    check(ncclRecv(received, elements, ncclFloat32, from, comm_, stream_), "ncclRecv");
+    check(ncclSend(sent, elements, ncclFloat32, to, comm_, stream()), "ncclSend");
+    check(ncclRecv(received, elements, ncclFloat32, from, comm_, stream()), "ncclRecv");
     check(ncclGroupEnd(), "ncclGroupEnd");
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
     auto* bytes = static_cast<char*>(buffer);
     check(ncclAllGather(bytes + static_cast<std::size_t>(rank()) * static_cast<std::size_t>(chunk_bytes), bytes,
-                        static_cast<std::size_t>(chunk_bytes), ncclInt8, comm_, stream_),
+                        static_cast<std::size_t>(chunk_bytes), ncclInt8, comm_, stream()),
           "ncclAllGather");
   }
   void barrier() override {
-    if (cudaStreamSynchronize(stream_) != cudaSuccess) throw std::runtime_error("cudaStreamSynchronize failed");
+    if (cudaStreamSynchronize(stream()) != cudaSuccess) throw std::runtime_error("cudaStreamSynchronize failed");
     control_->barrier();
   }
 
  private:
+  // The backend's current stream: its own, or a lane's while the lane's work is issued
+  // (comm_lane.hpp).
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(backend_->cuda_stream()); }
+
   std::shared_ptr<Collectives> control_;
-  cudaStream_t stream_ = nullptr;
+  Backend* backend_ = nullptr;
   ncclComm_t comm_ = nullptr;
 };
 

@@ -5,8 +5,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "production/backend.hpp"
 #include "production/cuda/check.hpp"
@@ -95,6 +97,7 @@ class CudaBackend final : public Backend {
                                       cudaMemcpyDeviceToDevice, stream_));
   }
   void* cuda_stream() const override { return stream_; }
+  std::unique_ptr<CommLane> make_comm_lane(bool) override;
   void synchronize() override { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void embedding_forward(const EmbeddingForwardParams& p) override { embedding_forward_cuda(p, launch_); }
@@ -125,7 +128,85 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t blas_ = nullptr;
   void* workspace_ = nullptr;
   CudaLaunch launch_;
+
+  friend class StreamLane;
 };
+
+// A second stream (comm_lane.hpp): submit makes it wait for the ops issued so far (an event),
+// issues the work's ops with the backend's current stream switched to it, and records the
+// ticket's event; wait makes the backend's stream wait for that event. No host thread blocks.
+// The side stream runs its work in order, so once the backend's stream waits for ticket t it is
+// behind every ticket <= t: their events are free again (a stream wait captures the event's state
+// when it is called), and a later wait for one of them has nothing left to do.
+class StreamLane final : public CommLane {
+ public:
+  explicit StreamLane(CudaBackend& backend) : backend_(backend) {
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  }
+  ~StreamLane() override {
+    // Destructors do not throw: teardown statuses are deliberately ignored.
+    cudaStreamSynchronize(side_);
+    for (cudaEvent_t event : free_) cudaEventDestroy(event);
+    for (const auto& pending : pending_) cudaEventDestroy(pending.second);
+    cudaStreamDestroy(side_);
+  }
+  Ticket submit(std::function<void()> work) override {
+    cudaEvent_t issued = take_event();
+    TANDEM_CUDA_CHECK(cudaEventRecord(issued, backend_.stream_));
+    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(side_, issued, 0));
+    free_.push_back(issued);
+    cudaStream_t compute = backend_.stream_;
+    const auto restore = [&] {
+      backend_.stream_ = compute;
+      backend_.launch_.stream = compute;
+    };
+    backend_.stream_ = side_;
+    backend_.launch_.stream = side_;
+    try {
+      work();
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+    cudaEvent_t done = take_event();
+    TANDEM_CUDA_CHECK(cudaEventRecord(done, side_));
+    pending_.emplace_back(++submitted_, done);
+    return submitted_;
+  }
+  void wait(Ticket ticket) override {
+    if (ticket <= waited_) return;
+    for (const auto& [pending_ticket, event] : pending_) {
+      if (pending_ticket == ticket) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(backend_.stream_, event, 0));
+    }
+    waited_ = ticket;
+    while (!pending_.empty() && pending_.front().first <= ticket) {
+      free_.push_back(pending_.front().second);
+      pending_.pop_front();
+    }
+  }
+  const char* description() const override { return "second cuda stream"; }
+
+ private:
+  cudaEvent_t take_event() {
+    if (!free_.empty()) {
+      cudaEvent_t event = free_.back();
+      free_.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return event;
+  }
+
+  CudaBackend& backend_;
+  cudaStream_t side_ = nullptr;
+  std::vector<cudaEvent_t> free_;
+  std::deque<std::pair<Ticket, cudaEvent_t>> pending_;  // tickets not yet waited for, in order
+  Ticket waited_ = 0;
+};
+
+std::unique_ptr<CommLane> CudaBackend::make_comm_lane(bool) { return std::make_unique<StreamLane>(*this); }
 
 }  // namespace
 

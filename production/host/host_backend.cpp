@@ -38,6 +38,9 @@ class HostBackend final : public Backend {
     std::memmove(destination, source, static_cast<std::size_t>(bytes));
   }
   void synchronize() override {}
+  std::unique_ptr<CommLane> make_comm_lane(bool worker_thread) override {
+    return worker_thread ? make_thread_lane() : make_inline_lane();
+  }
 
   void embedding_forward(const EmbeddingForwardParams& p) override { embedding_forward_host(p); }
   void embedding_backward(const EmbeddingBackwardParams& p) override { embedding_backward_host(p); }
