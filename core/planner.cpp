@@ -96,6 +96,25 @@ double activation_bytes_per_layer(const RunConfig& config, RecomputeGranularity 
   return 0.0;
 }
 
+GradientExchange gradient_exchange(const ParallelConfig& parallel, std::int64_t parameters, double weight_bytes) {
+  const std::int64_t dp = parallel.data_parallel;
+  const std::int64_t unit = dp * 1024;  // production/sharding.hpp: DP x the norm's block
+  const auto round_up = [unit](std::int64_t elements) {
+    return std::max<std::int64_t>(1, (elements + unit - 1) / unit) * unit;
+  };
+  const std::int64_t requested = gradient_bucket_parameters(parallel);
+  const std::int64_t bucket = requested == 0 ? round_up(parameters) : round_up(requested);
+  GradientExchange exchange;
+  exchange.buckets = std::max<std::int64_t>(1, (parameters + bucket - 1) / bucket);
+  exchange.bucket_parameters = std::min(bucket, round_up(parameters));
+  exchange.slice_parameters = exchange.bucket_parameters / dp;
+  const std::int64_t padded = (exchange.buckets - 1) * bucket + round_up(parameters - (exchange.buckets - 1) * bucket);
+  const double sent = static_cast<double>(dp - 1) / static_cast<double>(dp) * static_cast<double>(padded);
+  exchange.reduce_scatter_gib = sent * kFp32Bytes / kBytesPerGib;
+  exchange.all_gather_gib = sent * (parallel.use_distributed_optimizer ? weight_bytes : kFp32Bytes) / kBytesPerGib;
+  return exchange;
+}
+
 MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
                        const ParameterCount& count) {
   const ModelConfig& model = config.model;
@@ -160,6 +179,7 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
     stage.activations_gib = activation_bytes / kBytesPerGib;
     stage.total_gib = stage.weights_gib + stage.main_grads_gib + stage.optimizer_state_gib +
                       stage.activations_gib;
+    stage.exchange = gradient_exchange(parallel, stage.parameters_per_gpu, weight_bytes);
     return stage;
   };
   if (pp == 1) {
@@ -393,7 +413,12 @@ void to_json(nlohmann::json& out, const Plan& plan) {
                       {"optimizer_state_gib", stage.optimizer_state_gib},
                       {"activations_in_flight", stage.activations_in_flight},
                       {"activations_gib", stage.activations_gib},
-                      {"total_gib", stage.total_gib}});
+                      {"total_gib", stage.total_gib},
+                      {"dp_exchange", {{"buckets", stage.exchange.buckets},
+                                       {"bucket_parameters", stage.exchange.bucket_parameters},
+                                       {"slice_parameters", stage.exchange.slice_parameters},
+                                       {"reduce_scatter_gib_sent_per_update", stage.exchange.reduce_scatter_gib},
+                                       {"all_gather_gib_sent_per_update", stage.exchange.all_gather_gib}}}});
   }
   json config;
   to_json(config, plan.config);
@@ -588,6 +613,20 @@ void print_plan(std::ostream& out, const Plan& plan) {
     row(stage.stage + " stage: total", fixed(stage.total_gib, 2));
   }
   row("peak vs budget", fixed(memory.peak_gib, 2) + " of " + fixed(memory.budget_gib, 2));
+
+  const ParallelConfig& parallel = config.parallel;
+  out << "\nData-parallel exchange per GPU and update (" << grouped(parallel.data_parallel) << " replicas; "
+      << (parallel.overlap_grad_reduce ? "buckets reduced during the backward" : "one bucket, after the backward")
+      << (parallel.overlap_param_gather ? ", weights gathered during the forward" : "") << ")\n";
+  for (const auto& stage : memory.stages) {
+    const GradientExchange& exchange = stage.exchange;
+    row(stage.stage + " stage: gradient buckets",
+        grouped(exchange.buckets) + " x " + grouped(exchange.bucket_parameters) + " parameters (slice " +
+            grouped(exchange.slice_parameters) + " per rank)");
+    row(stage.stage + " stage: GiB sent",
+        fixed(exchange.reduce_scatter_gib, 2) + " fp32 gradient reduce-scatter + " + fixed(exchange.all_gather_gib, 2) +
+            (parallel.use_distributed_optimizer ? " weight" : " gradient") + " all-gather");
+  }
 
   out << "\nWarnings\n";
   if (plan.warnings.empty()) out << "  none\n";

@@ -54,6 +54,20 @@ struct ParameterCount {
   std::int64_t total = 0;              // embedding + all_layers + final_norm + output_layer
 };
 
+// The data-parallel exchange of one GPU of one stage per update, by the production trainer's rule
+// (production/sharding.hpp): buckets of gradient_bucket_parameters rounded up to a multiple of
+// DP x 1,024 (one bucket without --overlap-grad-reduce), rank r owning slice r of each; the fp32
+// main gradients reduce-scattered (as Megatron's --bf16 does unless --grad-reduce-in-bf16), then
+// the compute weights (distributed optimizer) or the reduced fp32 gradients (replicated)
+// all-gathered. Bytes each rank sends; it receives as many.
+struct GradientExchange {
+  std::int64_t buckets = 0;
+  std::int64_t bucket_parameters = 0;   // the first bucket's, padding included
+  std::int64_t slice_parameters = 0;    // one rank's part of the first bucket
+  double reduce_scatter_gib = 0.0;      // (DP - 1) / DP x padded x 4 B
+  double all_gather_gib = 0.0;          // (DP - 1) / DP x padded x (compute or 4) B
+};
+
 // Memory of one GPU of one pipeline stage, GiB (2^30 bytes).
 struct StageMemory {
   std::string stage;                    // "first", "last", or "only" when PP = 1
@@ -66,6 +80,7 @@ struct StageMemory {
                                         // the interleaving factor, so not always whole)
   double activations_gib = 0.0;         // stored activations for backward, incl. recompute work
   double total_gib = 0.0;               // sum of the four above
+  GradientExchange exchange;            // not memory: the stage's DP traffic per update
 };
 
 struct MemoryPlan {

@@ -123,6 +123,23 @@ TEST(Config, SequenceParallelRequiresTp) {
   expect_issue(with(valid(), {"--sequence-parallel"}), "--sequence-parallel");
 }
 
+// Megatron's rules: the deferred weight all-gather belongs to the distributed optimizer and rides
+// on the bucketed gradient reduction.
+TEST(Config, OverlapParamGatherNeedsTheDistributedOptimizerAndOverlapGradReduce) {
+  EXPECT_NE(expect_issue(with(valid(), {"--overlap-param-gather", "--overlap-grad-reduce"}), "--overlap-param-gather")
+                .find("add --use-distributed-optimizer"),
+            std::string::npos);
+  EXPECT_NE(expect_issue(with(valid(), {"--overlap-param-gather", "--use-distributed-optimizer"}), "--overlap-param-gather")
+                .find("add --overlap-grad-reduce"),
+            std::string::npos);
+  expect_issue(with(valid(), {"--ddp-bucket-size", "0"}), "--ddp-bucket-size");
+  const RunConfig config = parse(with(valid(), {"--overlap-param-gather", "--overlap-grad-reduce",
+                                                "--use-distributed-optimizer", "--ddp-bucket-size", "1000"}));
+  EXPECT_TRUE(config.parallel.overlap_param_gather);
+  EXPECT_EQ(config.parallel.ddp_bucket_size, 1000);
+  EXPECT_EQ(gradient_bucket_parameters(config.parallel), 1000);
+}
+
 TEST(Config, WarmupWithinDecaySpan) {
   expect_issue(with(valid(), {"--lr-warmup-samples", "65"}), "--lr-warmup-samples");
   expect_issue(with(valid(), {"--lr-warmup-samples", "32", "--lr-decay-samples", "16"}),
@@ -279,6 +296,7 @@ TEST(ConfigThroughTheBinary, EveryRuleExitsTwoNamingItsField) {
       {{"--num-layers", "3", "--pipeline-model-parallel-size", "2"}, "--num-layers"},
       {{"--ffn-hidden-size", "65", "--tensor-model-parallel-size", "2"}, "--ffn-hidden-size"},
       {{"--sequence-parallel"}, "--sequence-parallel"},
+      {{"--overlap-param-gather", "--overlap-grad-reduce"}, "--overlap-param-gather"},
       {{"--lr-warmup-samples", "65"}, "--lr-warmup-samples"},
       {{"--min-lr", "2e-3"}, "--min-lr"},
       {{"--adam-beta1", "1"}, "--adam-beta1"},

@@ -178,6 +178,43 @@ TEST_F(ProductionCli, ResumeOnMpiRanksIsBitExactAndOneRankTakesTheCheckpointUp) 
   }
 }
 
+// Megatron's overlap options on MPI ranks: the same numbers as without them, the header says what
+// overlapped where, and a checkpoint written with small buckets (several slices per rank in each
+// shard file) resumes without them to the bytes of the straight run.
+TEST_F(ProductionCli, OverlapOnMpiRanksChangesNoBitAndItsCheckpointResumesWithoutIt) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const std::vector<std::string> base = {"--use-distributed-optimizer", "--bf16", "--audit-params", "6"};
+  const std::vector<std::string> overlap = {"--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size", "1"};
+  auto with = [&](std::vector<std::string> extra, bool overlapped) {
+    extra.insert(extra.end(), base.begin(), base.end());
+    if (overlapped) extra.insert(extra.end(), overlap.begin(), overlap.end());
+    return tiny(extra);
+  };
+  const auto plain = root_ / "plain";
+  const auto overlapped = root_ / "overlapped";
+  const auto switched = root_ / "switched";
+  const auto a = run_tandem(with({"--save", plain.string()}, false), mpirun, "2>&1");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const auto b = run_tandem(with({"--save", overlapped.string()}, true), mpirun, "2>&1");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(numbers_of(read_log(plain / "log.jsonl")), numbers_of(read_log(overlapped / "log.jsonl")));
+  const auto header = read_log(overlapped / "log.jsonl").front();
+  EXPECT_EQ(header["data_parallel"]["overlap"]["grad_reduce"], true);
+  EXPECT_EQ(header["data_parallel"]["overlap"]["param_gather"], true);
+  EXPECT_EQ(header["data_parallel"]["overlap"]["lane"], "worker thread") << header["data_parallel"];
+  EXPECT_GT(header["data_parallel"]["gradient_buckets"].get<int>(), 2) << header["data_parallel"];
+  EXPECT_EQ(header["config"]["parallel"]["ddp_bucket_size"], 1);
+  EXPECT_EQ(read_log(plain / "log.jsonl").front()["data_parallel"]["gradient_buckets"], 1);
+
+  // Stop after 2 iterations with small buckets, go on without overlap: the straight run's bytes.
+  const auto first = run_tandem(with({"--save", switched.string(), "--exit-interval", "2"}, true), mpirun, "2>&1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto second = run_tandem(with({"--save", switched.string(), "--load", switched.string()}, false), mpirun, "2>&1");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(tensor_files_of(plain / "iter_0000006"), tensor_files_of(switched / "iter_0000006"));
+}
+
 // Without --data-cache both engines build the embedded corpus where --help says:
 // $TMPDIR/tandem-default-corpus (the production engine once built it elsewhere).
 TEST_F(ProductionCli, WithoutDataCacheTheCorpusIsBuiltInTheDocumentedFolder) {

@@ -107,6 +107,27 @@ TEST(SeedFixture, ExpectedNumbersAreTheirDerivations) {
   EXPECT_EQ(expected.at("parameters_total"), vocab * d + layers * per_layer + d + vocab * d);
 }
 
+// The seed's --overlap-grad-reduce at DP 80: Megatron's default bucket, max(40M, 1M x 80) = 80M
+// parameters, rounded up by the production trainer's rule to a multiple of DP x 1,024 = 81,920:
+// 977 x 81,920 = 80,035,840; the first stage's 7,960,780,800 parameters per GPU (the planner's own
+// count, checked by SeedPlan) fill 99 such buckets and a 100th of 37,232,640 padded to 455 units.
+// Each rank sends 79/80 of the padded buffer in fp32 for the reduce-scatter and in bf16 for the
+// distributed optimizer's weight all-gather.
+TEST(SeedPlan, DataParallelExchangeIsItsDerivation) {
+  const nlohmann::json plan = run_plan(false);
+  const nlohmann::json& first = plan.at("memory_per_gpu").at("stages").at(0);
+  ASSERT_EQ(first.at("stage"), "first");
+  ASSERT_EQ(first.at("parameters_per_gpu"), 7'960'780'800);
+  const nlohmann::json& exchange = first.at("dp_exchange");
+  EXPECT_EQ(exchange.at("buckets"), 100);
+  EXPECT_EQ(exchange.at("bucket_parameters"), 977 * 81920);
+  EXPECT_EQ(exchange.at("slice_parameters"), 977 * 1024);
+  const double padded = 99.0 * 977 * 81920 + 455.0 * 81920;
+  const double sent = 79.0 / 80.0 * padded;
+  EXPECT_NEAR(exchange.at("reduce_scatter_gib_sent_per_update").get<double>(), sent * 4 / 1073741824.0, 1e-9);
+  EXPECT_NEAR(exchange.at("all_gather_gib_sent_per_update").get<double>(), sent * 2 / 1073741824.0, 1e-9);
+}
+
 // Every SPEC 11 number, from one `tandem plan --json` run.
 void expect_seed_numbers(const nlohmann::json& plan, const nlohmann::json& expected) {
   // Exact (integers).
