@@ -209,6 +209,11 @@ void Trainer::forward_backward_and_reduce(const std::vector<std::vector<Sample>>
   }
   std::size_t reduced = 0;  // buckets handed to the lane
 
+  // The hooks below capture this call's locals: the model drops them however the call ends.
+  struct DropHooks {
+    DecoderModel& model;
+    ~DropHooks() { model.set_hooks({}); }
+  } drop_hooks{*model_};
   main_grads_.zero();
   for (std::size_t m = 0; m < batch.size(); ++m) {
     ModelHooks hooks;
@@ -234,7 +239,6 @@ void Trainer::forward_backward_and_reduce(const std::vector<std::vector<Sample>>
     model_->forward_backward(batch[m], compute_weights(), loss_scales[m], main_grads_.data(),
                              row_losses_.at(static_cast<std::int64_t>(m) * rows));
   }
-  model_->set_hooks({});
   lane_->drain();  // every gather waited for; every submitted reduction done before what follows
   if (collectives_->size() == 1) return;
   if (overlap_grad_reduce_ && reduced != buckets) {

@@ -840,5 +840,38 @@ TEST_P(CudaOps, AdamwAndScaleAreTheHostsBitForBitAcrossManyDecaySegments) {
   EXPECT_TRUE(verdict.ok) << verdict.report;
 }
 
+// The cuda lane: the work's ops go to a second stream (the backend's current stream while the
+// work is issued), after the ops issued before; a wait orders the ops issued after it behind the
+// work; the backend's own stream is back once submit returns.
+TEST(StreamLane, WorkRunsOnASecondStreamBetweenTheComputeOpsItIsOrderedWith) {
+  if (tandem::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device answers (" << tandem::cuda::device_description(0) << ")";
+  const auto gpu = production::make_backend(production::Device::cuda, 0);
+  const std::unique_ptr<CommLane> lane = gpu->make_comm_lane(true);
+  EXPECT_STREQ(lane->description(), "second cuda stream");
+  constexpr std::int64_t kCount = std::int64_t{1} << 22;  // long enough to overlap for real
+  std::vector<float> ones(static_cast<std::size_t>(kCount), 1.0f);
+  production::Buffer<float> a(*gpu, kCount);
+  production::Buffer<float> b(*gpu, kCount);
+  production::Buffer<float> sum(*gpu, kCount);
+  b.upload(ones);
+  void* compute_stream = gpu->cuda_stream();
+  // Issued before the work: a = 1 + 1 on the compute stream.
+  gpu->add(production::AddParams{b.data(), b.data(), a.data(), kCount, production::DType::f32});
+  void* work_stream = nullptr;
+  const CommLane::Ticket ticket = lane->submit([&] {
+    work_stream = gpu->cuda_stream();
+    gpu->add(production::AddParams{a.data(), b.data(), sum.data(), kCount, production::DType::f32});  // 3
+  });
+  EXPECT_NE(work_stream, compute_stream);
+  EXPECT_EQ(gpu->cuda_stream(), compute_stream);
+  lane->wait(ticket);
+  // Issued after the wait: sum = sum + sum on the compute stream, so 6 only if the work ran first.
+  gpu->add(production::AddParams{sum.data(), sum.data(), sum.data(), kCount, production::DType::f32});
+  const std::vector<float> out = sum.download();
+  std::int64_t wrong = 0;
+  for (const float value : out) wrong += value != 6.0f;
+  EXPECT_EQ(wrong, 0) << "elements that did not see the compute -> lane -> compute order";
+}
+
 }  // namespace
 }  // namespace tandem::production
