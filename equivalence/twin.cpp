@@ -135,7 +135,12 @@ class ProductionTwin final : public Twin {
     return "production<" + production::to_string(trainer.backend().device()) + ", " +
            (trainer.compute_dtype() == production::DType::bf16 ? "bf16" : "fp32") + ">, " +
            layout_text(trainer.config()) + ranks_.transport_text() +
-           (trainer.distributed_optimizer() ? ", distributed optimizer" : "");
+           (trainer.distributed_optimizer() ? ", distributed optimizer" : "") +
+           (trainer.overlaps_grad_reduce() ? ", overlapped gradient reduce in " +
+                                                 std::to_string(trainer.shards().buckets.size()) + " bucket(s)"
+                                           : "") +
+           (trainer.overlaps_param_gather() ? " and weight gather" : "") +
+           (trainer.overlaps_grad_reduce() ? std::string(" (") + trainer.lane_description() + ")" : "");
   }
   Precision precision() const override {
     return ranks_.front().config().optimizer.bf16 ? bf16() : fp32();
