@@ -306,6 +306,37 @@ void Trainer::restore(const MainStateSlice<float>& slice, const Counters& counte
   publish_compute_weights();
 }
 
+std::vector<MainStateSlice<float>> Trainer::shard_pieces() const {
+  MainStateSlice<float> shard = shard_state();
+  if (shard.params.empty()) return {};
+  return {std::move(shard)};
+}
+
+std::vector<FlatRange> Trainer::state_ranges() const {
+  if (state_count_ == 0) return {};
+  return {{state_begin_, state_count_}};
+}
+
+void Trainer::restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters) {
+  const std::vector<FlatRange> ranges = state_ranges();
+  bool exact = pieces.size() == ranges.size();
+  for (std::size_t i = 0; exact && i < pieces.size(); ++i) {
+    exact = FlatRange{pieces[i].begin, static_cast<std::int64_t>(pieces[i].params.size())} == ranges[i];
+  }
+  if (!exact) {
+    throw std::invalid_argument("Trainer::restore: " + std::to_string(pieces.size()) +
+                                " piece(s) that are not this rank's state_ranges() (" + std::to_string(ranges.size()) +
+                                " range(s) from element " + std::to_string(state_begin_) +
+                                "); read exactly those ranges");
+  }
+  // This trainer keeps one range (or none): the single-slice restoration.
+  if (pieces.empty()) {
+    restore(MainStateSlice<float>{state_begin_, {}, {}, {}}, counters);
+  } else {
+    restore(pieces.front(), counters);
+  }
+}
+
 // --audit-params: the owner of each audited element (the shard's rank with the distributed
 // optimizer, else rank 0, whose whole state every rank equals) reads its values with `read`; one
 // gather shares them. Returns [elements, values_per_element] as the owners read them.

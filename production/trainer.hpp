@@ -23,6 +23,7 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "core/config.hpp"
@@ -131,6 +132,15 @@ class Trainer {
   // Restores from `slice`, which must cover this rank's range, and the counters (every rank
   // calls it: the compute copy is rebuilt collectively).
   void restore(const MainStateSlice<float>& slice, const Counters& counters);
+  // The same as pieces, for a sharding that gives a rank several flat ranges (one per gradient
+  // bucket): this rank's shard of the main state as pieces in increasing flat order (none when it
+  // owns nothing), what a sharded save writes;
+  std::vector<MainStateSlice<float>> shard_pieces() const;
+  // the flat ranges this rank keeps, in increasing order (none when it keeps nothing), what a
+  // resume reads;
+  std::vector<FlatRange> state_ranges() const;
+  // and the restoration from exactly those ranges' `pieces` and the counters (collective, as above).
+  void restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters);
 
   // --audit-params: which flat elements to report in each iteration record (sorted).
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }

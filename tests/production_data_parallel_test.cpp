@@ -400,6 +400,50 @@ TEST(DataParallel, EachRankWritesItsShardAndAnyDataParallelSizeResumesFromIt) {
   }
 }
 
+// What sharded saves and resumes ask of the trainer: its pieces (its shard of the main state,
+// with either optimizer; none when it owns nothing) and the ranges it keeps (its shard with the
+// distributed optimizer, else [0, N)); restore takes pieces of exactly those ranges and refuses
+// any others.
+TEST(DataParallel, TheTrainerSavesItsShardAsPiecesAndRestoresExactlyItsStateRanges) {
+  for (const bool distributed : {true, false}) {
+    const std::string what = distributed ? "distributed" : "replicated";
+    Ranks ranks(tiny_run(3, 3, false, distributed));
+    ranks.run_iteration();
+    const HostState whole = ranks.state();
+    const FlatShards& shards = ranks.rank(0).shards();
+    const auto total = static_cast<std::int64_t>(whole.params.size());
+    for (int rank = 0; rank < 3; ++rank) {
+      Trainer& trainer = ranks.rank(rank);
+      const FlatRange shard{shards.begin(rank), shards.count(rank)};
+      const std::vector<FlatRange> kept =
+          !distributed ? std::vector<FlatRange>{{0, total}}
+                       : (shard.count > 0 ? std::vector<FlatRange>{shard} : std::vector<FlatRange>{});
+      EXPECT_EQ(trainer.state_ranges(), kept) << what << ", rank " << rank;
+      const auto pieces = trainer.shard_pieces();
+      ASSERT_EQ(pieces.size(), shard.count > 0 ? 1u : 0u) << what << ", rank " << rank;
+      if (pieces.empty()) continue;
+      const auto part = [&](const std::vector<float>& flat) {
+        return std::vector<float>(flat.begin() + shard.begin, flat.begin() + shard.begin + shard.count);
+      };
+      EXPECT_EQ(pieces[0].begin, shard.begin) << what << ", rank " << rank;
+      EXPECT_EQ(pieces[0].params, part(whole.params)) << what << ", rank " << rank;
+      EXPECT_EQ(pieces[0].exp_avg, part(whole.exp_avg)) << what << ", rank " << rank;
+      EXPECT_EQ(pieces[0].exp_avg_sq, part(whole.exp_avg_sq)) << what << ", rank " << rank;
+    }
+  }
+  // One rank (so that a restore it wrongly accepted would not wait for the others): no pieces are
+  // not its range [0, N), and neither is a piece one element longer, though it covers the range.
+  Ranks one(tiny_run(1, 1, false, true));
+  Trainer& trainer = one.rank(0);
+  const auto total = static_cast<std::int64_t>(one.state().params.size());
+  ASSERT_EQ(trainer.state_ranges(), (std::vector<FlatRange>{{0, total}}));
+  EXPECT_THROW(trainer.restore(std::vector<MainStateSlice<float>>{}, trainer.counters()), std::invalid_argument);
+  const auto longer = static_cast<std::size_t>(total + 1);
+  const std::vector<MainStateSlice<float>> covering{
+      {0, std::vector<float>(longer), std::vector<float>(longer), std::vector<float>(longer)}};
+  EXPECT_THROW(trainer.restore(covering, trainer.counters()), std::invalid_argument);
+}
+
 // A format 1 checkpoint (one rank) is read by range too: 3 ranks take it up exactly.
 TEST(DataParallel, ThreeRanksResumeFromAOneRankCheckpoint) {
   testing::ScratchDirectory scratch;
