@@ -38,15 +38,14 @@ std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std:
   const checkpoint::RankExchange ranks{collectives.rank(), collectives.size(), [&collectives](const std::string& text) {
                                          return all_gather_strings(collectives, text);
                                        }};
-  return checkpoint::save_sharded_checkpoint(save_dir, state, trainer.layout(), trainer.shard_state(), ranks, hooks);
+  return checkpoint::save_sharded_checkpoint(save_dir, state, trainer.layout(), trainer.shard_pieces(), ranks, hooks);
 }
 
 std::vector<checkpoint::SettingChange> resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir) {
   const std::filesystem::path directory = checkpoint::resolve_checkpoint_directory(load_dir);
   const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(directory, {.iteration = {}, .read_optimizer = false, .read_tensors = false});
   auto changes = checkpoint::check_main_checkpoint<float>(kEngine, trainer.config(), saved);
-  trainer.restore(checkpoint::read_main_state_slice(directory, trainer.layout(), trainer.state_begin(),
-                                                    trainer.state_count()),
+  trainer.restore(checkpoint::read_main_state_pieces(directory, trainer.layout(), trainer.state_ranges()),
                   saved.counters);
   return changes;
 }
