@@ -38,21 +38,15 @@ std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std:
   const checkpoint::RankExchange ranks{collectives.rank(), collectives.size(), [&collectives](const std::string& text) {
                                          return all_gather_strings(collectives, text);
                                        }};
-  const std::vector<MainStateSlice<float>> pieces = trainer.shard_pieces();
-  if (pieces.size() > 1) throw std::logic_error("TEMPORARY: several pieces per shard");
-  return checkpoint::save_sharded_checkpoint(save_dir, state, trainer.layout(),
-                                             pieces.empty() ? MainStateSlice<float>{trainer.layout().total_elements, {}, {}, {}} : pieces.front(), ranks, hooks);
+  return checkpoint::save_sharded_checkpoint(save_dir, state, trainer.layout(), trainer.shard_pieces(), ranks, hooks);
 }
 
 std::vector<checkpoint::SettingChange> resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir) {
   const std::filesystem::path directory = checkpoint::resolve_checkpoint_directory(load_dir);
   const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(directory, {.iteration = {}, .read_optimizer = false, .read_tensors = false});
   auto changes = checkpoint::check_main_checkpoint<float>(kEngine, trainer.config(), saved);
-  std::vector<MainStateSlice<float>> pieces;
-  for (const FlatRange& range : trainer.state_ranges()) {
-    pieces.push_back(checkpoint::read_main_state_slice(directory, trainer.layout(), range.begin, range.count));
-  }
-  trainer.restore(pieces, saved.counters);
+  trainer.restore(checkpoint::read_main_state_pieces(directory, trainer.layout(), trainer.state_ranges()),
+                  saved.counters);
   return changes;
 }
 

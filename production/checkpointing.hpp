@@ -4,9 +4,9 @@
 //
 // On one rank the checkpoint is format 1 (core/checkpoint/checkpoint.hpp: F32 tensors under the
 // Hugging Face names, "exp_avg." and "exp_avg_sq." for the moments). With DP > 1 each rank writes
-// its own shard of the flat state (format 2, core/checkpoint/sharded.hpp), so no rank gathers the
-// whole state; a resume reads, on each rank, only the range it keeps, from either format and
-// whatever data-parallel size wrote it.
+// its own pieces of the flat state (format 3, core/checkpoint/sharded.hpp), so no rank gathers the
+// whole state; a resume reads, on each rank, only the ranges it keeps, from any format (1, 2, 3)
+// and whatever data-parallel size wrote it.
 #pragma once
 
 #include <filesystem>
@@ -27,13 +27,13 @@ checkpoint::CheckpointState make_checkpoint_state(const Trainer& trainer);
 // --override-opt-param-scheduler) a ConfigError listing every changed optimizer/schedule setting.
 void restore_checkpoint_state(Trainer& trainer, const checkpoint::CheckpointState& state);
 
-// Collective: saves the trainer under `save_dir` (format 1 with one rank, else format 2, each rank
-// its shard) and returns the iteration directory. On a failure every rank throws.
+// Collective: saves the trainer under `save_dir` (format 1 with one rank, else format 3, each rank
+// its pieces) and returns the iteration directory. On a failure every rank throws.
 std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std::filesystem::path& save_dir,
                                               const checkpoint::SaveHooks& hooks = {});
 
-// Restores the trainer from `load_dir` (a --save directory or an iter_ directory; either format),
-// each rank reading and verifying only the files that hold its range. Errors as
+// Restores the trainer from `load_dir` (a --save directory or an iter_ directory; any format),
+// each rank reading and verifying only the files that hold its ranges, each once. Errors as
 // restore_checkpoint_state, and naming the file on corruption. Returns the setting changes the
 // resume allowed (core/checkpoint/resume_check.hpp), for the run to report.
 std::vector<checkpoint::SettingChange> resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir);

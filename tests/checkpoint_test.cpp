@@ -635,10 +635,10 @@ TEST(Checkpoint, RefusesEveryCorruptionNamingTheFile) {
       {"manifest-other-format",
        [](const fs::path& d) {
          auto manifest = json::parse(read_text(d / "manifest.json"));
-         manifest["format_version"] = 3;
+         manifest["format_version"] = 4;
          write_text(d / "manifest.json", manifest.dump());
        },
-       "iter_0000007/manifest.json", {"format_version is 3"}},
+       "iter_0000007/manifest.json", {"format_version is 4"}},
       // A damaged file whose checksum was updated too: the safetensors validation still refuses it.
       {"model-header-damaged-checksum-updated",
        [](const fs::path& d) {

@@ -133,7 +133,7 @@ TEST_F(ProductionCli, TwoMpiRanksWithTheDistributedOptimizerEqualTheReplicatedBi
   EXPECT_EQ(header["data_parallel"]["ranks"], 2);
   EXPECT_EQ(header["config"]["parallel"]["data_parallel"], 2);
   EXPECT_EQ(numbers_of(read_log(replicated / "log.jsonl")), numbers_of(read_log(distributed / "log.jsonl")));
-  // Each rank wrote its shard (format 2); the two optimizers' shards are the same bytes.
+  // Each rank wrote its shard (format 3); the two optimizers' shards are the same bytes.
   const auto shards = tensor_files_of(distributed / "iter_0000006");
   ASSERT_EQ(shards.size(), 2u);
   EXPECT_TRUE(shards.contains("shard_00000_of_00002.safetensors"));

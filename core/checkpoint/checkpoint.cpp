@@ -128,7 +128,7 @@ CheckpointState load_checkpoint(const fs::path& load_dir, const LoadOptions& opt
   manifest::ReadManifest read = manifest::read_manifest(directory);
   CheckpointState& state = read.state;
   if (!options.read_tensors) return state;
-  if (read.format_version == kShardedCheckpointFormatVersion) {
+  if (is_sharded_format_version(read.format_version)) {
     read_sharded_tensors(directory, read, options.read_optimizer);
     return state;
   }

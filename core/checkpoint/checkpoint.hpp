@@ -9,9 +9,10 @@
 //                                            written last
 //
 // That is format_version 1, what one process writes. A production run on several data-parallel
-// ranks writes format_version 2 instead: each rank its own range of the flat main state in
-// `shard_RRRRR_of_NNNNN.safetensors` (sharded.hpp), and load_checkpoint reassembles them, so
-// exports and whole-state readers see the same CheckpointState either way.
+// ranks writes format_version 3 instead (2 until ranks held several ranges; still read): each rank
+// its own ranges of the flat main state in `shard_RRRRR_of_NNNNN.safetensors` (sharded.hpp), and
+// load_checkpoint reassembles them, so exports and whole-state readers see the same
+// CheckpointState either way.
 //
 // Tensors are stored in the engine's main precision: F64 for the reference, F32 for production.
 // A save builds `iter_0000042.tmp-XXXXXX` and renames it into place (atomic_file.hpp), so a new
@@ -36,8 +37,13 @@
 namespace tandem::checkpoint {
 
 inline constexpr std::string_view kCheckpointFormat = "tandem-checkpoint";
-inline constexpr std::int64_t kCheckpointFormatVersion = 1;         // whole files
-inline constexpr std::int64_t kShardedCheckpointFormatVersion = 2;  // per-rank shards
+inline constexpr std::int64_t kCheckpointFormatVersion = 1;               // whole files
+inline constexpr std::int64_t kShardedCheckpointFormatVersion = 2;        // per-rank shards, one range each
+inline constexpr std::int64_t kRangedShardedCheckpointFormatVersion = 3;  // per-rank shards, several ranges each
+// Whether a checkpoint of this format_version is sharded (sharded.hpp reads both).
+constexpr bool is_sharded_format_version(std::int64_t format_version) {
+  return format_version == kShardedCheckpointFormatVersion || format_version == kRangedShardedCheckpointFormatVersion;
+}
 inline constexpr std::string_view kTrackerFileName = "latest_checkpointed_iteration.txt";
 inline constexpr std::string_view kManifestFileName = "manifest.json";
 inline constexpr std::string_view kModelFileName = "model.safetensors";

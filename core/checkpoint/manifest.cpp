@@ -140,10 +140,11 @@ ReadManifest read_manifest(const fs::path& directory) {
     fail(path, "format is \"" + format + "\", not \"" + std::string(kCheckpointFormat) + "\"");
   }
   out.format_version = integer_field(manifest, "format_version", path);
-  if (out.format_version != kCheckpointFormatVersion && out.format_version != kShardedCheckpointFormatVersion) {
+  if (out.format_version != kCheckpointFormatVersion && !is_sharded_format_version(out.format_version)) {
     fail(path, "format_version is " + std::to_string(out.format_version) + "; this build reads " +
-                   std::to_string(kCheckpointFormatVersion) + " (whole files) and " +
-                   std::to_string(kShardedCheckpointFormatVersion) + " (per-rank shards)");
+                   std::to_string(kCheckpointFormatVersion) + " (whole files), " +
+                   std::to_string(kShardedCheckpointFormatVersion) + " (per-rank shards, one range each) and " +
+                   std::to_string(kRangedShardedCheckpointFormatVersion) + " (per-rank shards, several ranges each)");
   }
 
   CheckpointState& state = out.state;

@@ -1,6 +1,6 @@
 // The manifest of a checkpoint directory (checkpoint.hpp, sharded.hpp): writing it, reading and
 // checking every field, and verifying the tensor files it lists. Shared by the whole-file format
-// (format_version 1) and the sharded one (format_version 2); not an interface for trainers.
+// (format_version 1) and the sharded ones (format_version 2 and 3); not an interface for trainers.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +50,7 @@ struct ReadManifest {
   CheckpointState state;  // every field but the tensors
 };
 
-// Reads DIRECTORY/manifest.json and checks the format, the version (1 or 2) and every field the
+// Reads DIRECTORY/manifest.json and checks the format, the version (1, 2 or 3) and every field the
 // state needs, and that the iteration agrees with the directory's name. Throws naming the file.
 ReadManifest read_manifest(const std::filesystem::path& directory);
 

@@ -10,13 +10,6 @@
 
 namespace tandem {
 
-// Elements [begin, begin + count) of the flat parameter buffer.
-struct FlatRange {
-  std::int64_t begin = 0;
-  std::int64_t count = 0;
-  bool operator==(const FlatRange&) const = default;
-};
-
 template <class Scalar>
 struct MainState {
   std::vector<Scalar> params;      // [layout.total_elements] main weights
@@ -25,8 +18,16 @@ struct MainState {
   Counters counters;
 };
 
-// Elements [begin, begin + params.size()) of the flat main state, without the counters: what one
-// data-parallel rank writes to, or reads from, a sharded checkpoint (core/checkpoint/sharded.hpp).
+// Elements [begin, begin + count) of the flat parameter buffer.
+struct FlatRange {
+  std::int64_t begin = 0;
+  std::int64_t count = 0;
+  bool operator==(const FlatRange&) const = default;
+};
+
+// Elements [begin, begin + params.size()) of the flat main state, without the counters: one piece
+// of what a data-parallel rank writes to, or reads from, a sharded checkpoint
+// (core/checkpoint/sharded.hpp).
 template <class Scalar>
 struct MainStateSlice {
   std::int64_t begin = 0;
