@@ -127,6 +127,12 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
             << "comparisons: counters, lr, wd, step, flags and samples exact; loss, grad_norm, "
                "clip_coeff, gradient, params, exp_avg, exp_avg_sq within the derived bounds of "
                "equivalence/tolerance.hpp (worst element per quantity shown)\n";
+  // Users paste their training arguments: say what of them the check leaves out.
+  if (config.evaluation.evaluates()) {
+    out << "not compared: the validation loss (--eval-iters " << config.evaluation.eval_iters
+        << " on the --split validation part); check compares training updates (the engines' "
+           "validation losses are held together by tests/evaluation_test.cpp)\n";
+  }
 
   equivalence::Report initial;
   equivalence::compare_states_bitwise(0, "initial ", truth_twin->state(), fast_twin->state(), initial);

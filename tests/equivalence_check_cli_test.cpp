@@ -34,6 +34,17 @@ TEST(CheckCommand, ProductionAgreesWithTheReferenceAndTheReportNamesTwinsValuesE
   EXPECT_NE(result.output.find("verdict: the twins agree"), std::string::npos);
 }
 
+// A user's training arguments with a validation split: the check says it leaves the validation
+// loss out (it used to accept the evaluation options silently), and says nothing without one.
+TEST(CheckCommand, ItSaysTheValidationLossIsNotCompared) {
+  const auto with_split = testing::run_tandem(tiny_check({"--updates", "1", "--split", "80,20,0", "--eval-iters", "2"}), "", "2>&1");
+  EXPECT_EQ(with_split.exit_code, 0) << with_split.output;
+  EXPECT_NE(with_split.output.find("not compared: the validation loss (--eval-iters 2"), std::string::npos)
+      << with_split.output;
+  const auto without = testing::run_tandem(tiny_check({"--updates", "1"}), "", "2>&1");
+  EXPECT_EQ(without.output.find("not compared"), std::string::npos) << without.output;
+}
+
 TEST(CheckCommand, TheDoubleReferenceIsHeldAgainstFiftyDigits) {
   const auto result =
       testing::run_tandem(tiny_check({"--updates", "1", "--fast-twin", "reference-double"}), "", "2>&1");
