@@ -2,6 +2,8 @@
 #include "core/config.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +13,28 @@ std::int64_t gradient_bucket_parameters(const ParallelConfig& parallel) {
   if (!parallel.overlap_grad_reduce) return 0;
   if (parallel.ddp_bucket_size > 0) return parallel.ddp_bucket_size;
   return std::max<std::int64_t>(40'000'000, 1'000'000 * parallel.data_parallel);
+}
+
+std::vector<GradientBucket> gradient_buckets(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
+                                             std::int64_t bucket_parameters) {
+  if (total < 0 || ranks < 1 || alignment < 1 || bucket_parameters < 0) {
+    throw std::invalid_argument("gradient_buckets: total " + std::to_string(total) + ", ranks " +
+                                std::to_string(ranks) + ", alignment " + std::to_string(alignment) +
+                                ", bucket parameters " + std::to_string(bucket_parameters));
+  }
+  const std::int64_t unit = ranks * alignment;
+  const auto round_up = [unit](std::int64_t elements) {
+    return std::max<std::int64_t>(1, (elements + unit - 1) / unit) * unit;
+  };
+  const std::int64_t bucket = round_up(bucket_parameters == 0 ? total : bucket_parameters);
+  std::vector<GradientBucket> buckets;
+  std::int64_t begin = 0;
+  do {
+    const std::int64_t elements = std::min(bucket, round_up(total - begin));
+    buckets.push_back(GradientBucket{begin, elements});
+    begin += elements;
+  } while (begin < total);
+  return buckets;
 }
 
 std::string to_string(LrDecayStyle style) {

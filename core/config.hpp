@@ -59,6 +59,24 @@ struct ParallelConfig {
 // max(40,000,000, 1,000,000 x DP) when not given.
 std::int64_t gradient_bucket_parameters(const ParallelConfig& parallel);
 
+// A rank's slice of a bucket is whole blocks of this many elements: the production trainer's norm
+// blocks (production/trainer.hpp kNormBlockElements), so the norm's order does not depend on DP.
+inline constexpr std::int64_t kDataParallelAlignment = 1024;
+
+// Elements of the flat buffer [begin, begin + elements) exchanged as one data-parallel bucket.
+struct GradientBucket {
+  std::int64_t begin = 0;
+  std::int64_t elements = 0;  // a multiple of ranks x alignment, padding included
+};
+
+// The production trainer's buckets (production/sharding.hpp), one rule for it and the planner:
+// buckets of `bucket_parameters` rounded up to a multiple of ranks x alignment, in flat order, the
+// last one holding the rest padded to such a multiple (at least one bucket); bucket_parameters = 0:
+// one bucket. Throws std::invalid_argument for a negative total or bucket size, or ranks or
+// alignment below 1.
+std::vector<GradientBucket> gradient_buckets(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
+                                             std::int64_t bucket_parameters);
+
 struct BatchConfig {
   std::int64_t micro_batch_size = 1;    // samples per microbatch per replica
   std::int64_t global_batch_size = 8;   // samples per update = mbs x microbatches x DP

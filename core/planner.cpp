@@ -98,17 +98,13 @@ double activation_bytes_per_layer(const RunConfig& config, RecomputeGranularity 
 
 GradientExchange gradient_exchange(const ParallelConfig& parallel, std::int64_t parameters, double weight_bytes) {
   const std::int64_t dp = parallel.data_parallel;
-  const std::int64_t unit = dp * 1024;  // production/sharding.hpp: DP x the norm's block
-  const auto round_up = [unit](std::int64_t elements) {
-    return std::max<std::int64_t>(1, (elements + unit - 1) / unit) * unit;
-  };
-  const std::int64_t requested = gradient_bucket_parameters(parallel);
-  const std::int64_t bucket = requested == 0 ? round_up(parameters) : round_up(requested);
+  const std::vector<GradientBucket> buckets =
+      gradient_buckets(parameters, dp, kDataParallelAlignment, gradient_bucket_parameters(parallel));
   GradientExchange exchange;
-  exchange.buckets = std::max<std::int64_t>(1, (parameters + bucket - 1) / bucket);
-  exchange.bucket_parameters = std::min(bucket, round_up(parameters));
+  exchange.buckets = static_cast<std::int64_t>(buckets.size());
+  exchange.bucket_parameters = buckets.front().elements;
   exchange.slice_parameters = exchange.bucket_parameters / dp;
-  const std::int64_t padded = (exchange.buckets - 1) * bucket + round_up(parameters - (exchange.buckets - 1) * bucket);
+  const std::int64_t padded = buckets.back().begin + buckets.back().elements;
   const double sent = static_cast<double>(dp - 1) / static_cast<double>(dp) * static_cast<double>(padded);
   exchange.reduce_scatter_gib = sent * kFp32Bytes / kBytesPerGib;
   exchange.all_gather_gib = sent * (parallel.use_distributed_optimizer ? weight_bytes : kFp32Bytes) / kBytesPerGib;

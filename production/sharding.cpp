@@ -8,24 +8,7 @@ namespace tandem::production {
 
 FlatShards make_flat_shards(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
                             std::int64_t bucket_elements) {
-  if (total < 0 || ranks < 1 || alignment < 1 || bucket_elements < 0) {
-    throw std::invalid_argument("make_flat_shards: total " + std::to_string(total) + ", ranks " +
-                                std::to_string(ranks) + ", alignment " + std::to_string(alignment) +
-                                ", bucket elements " + std::to_string(bucket_elements));
-  }
-  const std::int64_t unit = ranks * alignment;
-  const auto round_up = [unit](std::int64_t elements) {
-    return std::max<std::int64_t>(1, (elements + unit - 1) / unit) * unit;
-  };
-  FlatShards shards{total, ranks, {}};
-  const std::int64_t bucket = bucket_elements == 0 ? round_up(total) : round_up(bucket_elements);
-  std::int64_t begin = 0;
-  do {
-    const std::int64_t elements = std::min(bucket, round_up(total - begin));
-    shards.buckets.push_back(GradientBucket{begin, elements});
-    begin += elements;
-  } while (begin < total);
-  return shards;
+  return FlatShards{total, ranks, gradient_buckets(total, ranks, alignment, bucket_elements)};
 }
 
 std::vector<FlatRange> FlatShards::owned(std::int64_t rank) const {

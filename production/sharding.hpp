@@ -14,21 +14,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/train/main_state.hpp"
 #include "production/kernels/optimizer.hpp"
 
 namespace tandem::production {
 
-// Elements [begin, begin + elements) of the padded buffer; elements = DP x slice.
-struct GradientBucket {
-  std::int64_t begin = 0;
-  std::int64_t elements = 0;
-};
-
 struct FlatShards {
   std::int64_t total = 0;  // N: parameter elements
   std::int64_t ranks = 1;  // DP
-  std::vector<GradientBucket> buckets;  // in flat order, tiling [0, padded())
+  std::vector<GradientBucket> buckets;  // in flat order, tiling [0, padded()): elements = DP x slice
 
   // Elements of the exchanged buffers: the flat buffer padded with zeros to the last bucket's end.
   std::int64_t padded() const { return buckets.empty() ? 0 : buckets.back().begin + buckets.back().elements; }
@@ -50,9 +45,7 @@ struct FlatShards {
   }
 };
 
-// Buckets of `bucket_elements` rounded up to a multiple of ranks x alignment, the last one
-// holding the rest padded to such a multiple (at least one bucket); bucket_elements = 0: one
-// bucket.
+// The buckets of core/config.hpp's gradient_buckets (bucket_elements = 0: one bucket).
 FlatShards make_flat_shards(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
                             std::int64_t bucket_elements = 0);
 

@@ -186,10 +186,6 @@ void Trainer::forward_backward_and_reduce(const std::vector<std::vector<Sample>>
                                           const std::vector<float>& loss_scales) {
   const std::int64_t rows = model_->rows();
   const std::size_t buckets = shards_.buckets.size();
-  // The bucket holding each end of a flat range [begin, end) (end > begin).
-  const auto first_bucket = [this](std::int64_t begin) { return shards_.bucket_of(begin); };
-  const auto last_bucket = [this](std::int64_t end) { return shards_.bucket_of(end - 1); };
-
   // --overlap-param-gather: every bucket's all-gather goes to the lane now, in flat order; the
   // forward waits for each just before it first reads weights in it (a lane's tickets complete
   // in order, so waiting for a bucket waits for those before it too).
@@ -219,13 +215,13 @@ void Trainer::forward_backward_and_reduce(const std::vector<std::vector<Sample>>
     ModelHooks hooks;
     if (m == 0 && gathered.front() != 0) {
       hooks.before_weights = [&](std::int64_t begin, std::int64_t end) {
-        if (end > begin) lane_->wait(gathered[last_bucket(end)]);
+        if (end > begin) lane_->wait(gathered[shards_.bucket_of(end - 1)]);
       };
     }
     if (m + 1 == batch.size() && overlap_grad_reduce_) {
       hooks.gradients_done = [&](std::int64_t begin, std::int64_t end) {
         if (end <= begin) return;
-        for (std::size_t bucket = first_bucket(begin); bucket <= last_bucket(end); ++bucket) {
+        for (std::size_t bucket = shards_.bucket_of(begin); bucket <= shards_.bucket_of(end - 1); ++bucket) {
           const GradientBucket& b = shards_.buckets[bucket];
           unfinished[bucket] -= std::min(end, b.begin + b.elements) - std::max(begin, b.begin);
           if (unfinished[bucket] == 0) {

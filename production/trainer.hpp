@@ -87,7 +87,7 @@ using SampleProvider = std::function<Sample(std::int64_t global_index)>;
 
 // Elements of the flat buffer per norm partial sum (SPEC 6): fixed, so the norm's order is too,
 // and the alignment of the data-parallel shards (sharding.hpp), so a block never straddles two.
-inline constexpr std::int64_t kNormBlockElements = std::int64_t{1} << 10;
+inline constexpr std::int64_t kNormBlockElements = kDataParallelAlignment;
 
 // Consecutive tensors of one decay group as AdamW segments over the flat range [0, N) (SPEC 7).
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout);

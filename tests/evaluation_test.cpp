@@ -183,16 +183,9 @@ constexpr std::int64_t kEvalIters = 3;
 
 // The tiny model with mbs 1, the global batch `gbs` on `ranks` replicas, 8 updates.
 RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs) {
-  RunConfig config;
-  config.model = testing::tiny_production_model();
-  config.batch.micro_batch_size = 1;
-  config.batch.global_batch_size = gbs;
-  config.parallel.data_parallel = ranks;
-  config.parallel.world_size = ranks;
+  RunConfig config = testing::tiny_data_parallel_run(ranks, gbs);
   config.optimizer.clip_grad = 0.5;
   config.schedule.lr = 1e-2;  // large enough that two updates move the loss visibly
-  config.schedule.train_samples = 8 * gbs;
-  config.schedule.lr_decay_samples = 8 * gbs;
   config.evaluation.eval_iters = kEvalIters;
   return config;
 }

@@ -199,12 +199,7 @@ TEST(ThreadGroup, AFailingRankReleasesTheOthersAndItsErrorIsRethrown) {
 
 // The tiny model (2 layers, d 32, 4 heads in 2 groups, seq 32), mbs 1, the global batch `gbs`.
 RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distributed) {
-  RunConfig config;
-  config.model = testing::tiny_production_model();
-  config.batch.micro_batch_size = 1;
-  config.batch.global_batch_size = gbs;
-  config.parallel.data_parallel = ranks;
-  config.parallel.world_size = ranks;
+  RunConfig config = testing::tiny_data_parallel_run(ranks, gbs);
   config.parallel.use_distributed_optimizer = distributed;
   config.optimizer.adam_beta2 = 0.95;
   config.optimizer.clip_grad = 0.5;  // active on this model's first updates
@@ -212,8 +207,6 @@ RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distrib
   config.schedule.lr = 1e-3;
   config.schedule.lr_warmup_init = 1e-4;
   config.schedule.lr_warmup_samples = gbs;
-  config.schedule.train_samples = 8 * gbs;
-  config.schedule.lr_decay_samples = 8 * gbs;
   config.schedule.lr_decay_style = LrDecayStyle::cosine;
   config.schedule.weight_decay = 0.1;
   config.schedule.start_weight_decay = 0.1;
