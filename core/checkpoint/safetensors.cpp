@@ -258,14 +258,16 @@ std::vector<std::byte> encode_safetensors(const std::vector<TensorData>& tensors
                                           const SafetensorsMetadata& metadata) {
   const auto entries = lay_out(tensors);
   const std::string header = header_text(entries, metadata);
-  std::vector<std::byte> bytes;
   const auto prefix = length_prefix(header.size());
-  bytes.insert(bytes.end(), prefix.begin(), prefix.end());
+  // Sized once and filled in place: growing the vector by insert made GCC 12's -O3 report a
+  // false -Wstringop-overflow (the Release build failed under -Werror).
+  std::size_t total = prefix.size() + header.size();
+  for (const auto& entry : entries) total += entry.tensor->bytes.size();
+  std::vector<std::byte> bytes(total);
+  auto next = std::copy(prefix.begin(), prefix.end(), bytes.begin());
   const auto* header_bytes = reinterpret_cast<const std::byte*>(header.data());
-  bytes.insert(bytes.end(), header_bytes, header_bytes + header.size());
-  for (const auto& entry : entries) {
-    bytes.insert(bytes.end(), entry.tensor->bytes.begin(), entry.tensor->bytes.end());
-  }
+  next = std::copy(header_bytes, header_bytes + header.size(), next);
+  for (const auto& entry : entries) next = std::copy(entry.tensor->bytes.begin(), entry.tensor->bytes.end(), next);
   return bytes;
 }
 
