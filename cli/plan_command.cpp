@@ -1,13 +1,16 @@
 // `tandem plan [ARGS] [--json]`: the planner (core/planner.hpp) on the command line. Takes the same
-// run options as `tandem train` and prints the plan as a table, or as one JSON object (SPEC 11, 12).
+// run options as `tandem train` and prints the plan as a table, or as one JSON object (SPEC 11, 12);
+// `--rank R` adds where rank R sits in the rank grid.
 #include <iostream>
 #include <memory>
+#include <ostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
 #include "core/args.hpp"
 #include "core/planner.hpp"
+#include "core/rank_grid.hpp"
 
 namespace tandem::cli {
 namespace {
@@ -18,7 +21,41 @@ struct PlanCommandState {
   PlanOptions plan;
   std::string recompute = "none";
   bool json = false;
+  std::int64_t rank = -1;  // --rank: -1 = none
 };
+
+// `--rank R`: where global rank R sits in the run's rank grid (core/rank_grid.hpp) and the members
+// of each of its groups, so a user can see where GPU 4,097 of the seed's 5,120 sits.
+nlohmann::json rank_json(const RankGrid& grid, std::int64_t rank) {
+  const RankCoordinates at = grid.coordinates(rank);
+  nlohmann::json out = {{"rank", rank},
+                        {"grid", grid.describe()},
+                        {"coordinates", {{"tensor", at.tensor}, {"context", at.context}, {"data", at.data},
+                                         {"pipeline", at.pipeline}}}};
+  for (const RankGroupKind kind : kRankGroupKinds) {
+    out["groups"][to_string(kind)] = {{"index", grid.group_index(kind, rank)},
+                                      {"rank_in_group", grid.rank_in_group(kind, rank)},
+                                      {"members", grid.members(kind, rank)}};
+  }
+  return out;
+}
+
+void print_rank(std::ostream& out, const RankGrid& grid, std::int64_t rank) {
+  const RankCoordinates at = grid.coordinates(rank);
+  out << "\nRank " << rank << " of " << grid.describe() << "\n"
+      << "  coordinates: tensor " << at.tensor << ", context " << at.context << ", data " << at.data
+      << ", pipeline stage " << at.pipeline << "\n";
+  for (const RankGroupKind kind : kRankGroupKinds) {
+    const auto members = grid.members(kind, rank);
+    out << "  " << to_string(kind) << " group";
+    if (members.empty()) {
+      out << ": none (a middle pipeline stage holds no embedding)\n";
+      continue;
+    }
+    out << " " << grid.group_index(kind, rank) << " of " << grid.group_count(kind) << ", member "
+        << grid.rank_in_group(kind, rank) << ": " << describe_ranks(members) << "\n";
+  }
+}
 
 Command add_plan_command(CLI::App& parent) {
   auto state = std::make_shared<PlanCommandState>();
@@ -38,6 +75,10 @@ Command add_plan_command(CLI::App& parent) {
                   "(default: none)")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->group(group);
+  sub->add_option("--rank", state->rank,
+                  "also print where this global rank sits in Megatron's rank grid (TP fastest, then CP, "
+                  "DP, PP) and the members of each of its groups (default: none)")
+      ->group(group);
 
   Command command;
   command.app = sub;
@@ -45,13 +86,22 @@ Command add_plan_command(CLI::App& parent) {
     const RunConfig config = build_run_config(state->run);  // ConfigError -> exit 2 in main
     PlanOptions options = state->plan;
     options.recompute = *parse_recompute_granularity(state->recompute);  // IsMember checked it
+    const RankGrid grid(config.parallel);
+    if (state->rank != -1 && (state->rank < 0 || state->rank >= grid.world_size())) {
+      throw ConfigError({ConfigIssue{"--rank", std::to_string(state->rank),
+                                     "must be a rank of the run's " + std::to_string(grid.world_size()) + " (" +
+                                         grid.describe() + ")",
+                                     "give a rank in [0, " + std::to_string(grid.world_size()) + ")"}});
+    }
     const Plan plan = make_plan(config, options);
     if (state->json) {
       nlohmann::json out;
       to_json(out, plan);
+      if (state->rank >= 0) out["rank"] = rank_json(grid, state->rank);
       std::cout << out.dump(2) << "\n";
     } else {
       print_plan(std::cout, plan);
+      if (state->rank >= 0) print_rank(std::cout, grid, state->rank);
     }
     return 0;
   };

@@ -233,5 +233,34 @@ TEST(SeedPlan, TableShowsTheSeedsFigures) {
   }
 }
 
+// `tandem plan --rank R`: where GPU 4,097 of the seed's 5,120 sits (core/rank_grid.hpp holds the
+// grid itself to Megatron's order exhaustively; this is the command line's face of it).
+TEST(SeedPlan, RankShowsWhereGpuFourThousandNinetySevenSitsAndItsGroups) {
+  std::vector<std::string> arguments = plan_arguments(false);
+  arguments.erase(arguments.begin() + 1);  // drop --json
+  arguments.insert(arguments.end(), {"--rank", "4097"});
+  const auto table = testing::run_tandem(arguments, "", "2>&1");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  // 4097 = 1 + 8 x (32 + 80 x 6): TP fastest, then CP, DP, PP.
+  for (const char* line : {"Rank 4097 of TP 8 x CP 1 x DP 80 x PP 8 = 5,120 ranks",
+                           "coordinates: tensor 1, context 0, data 32, pipeline stage 6",
+                           "tensor group 512 of 640, member 1: 4,096-4,103: 8 ranks",
+                           "embedding group: none"}) {
+    EXPECT_NE(table.output.find(line), std::string::npos) << line << "\n" << table.output;
+  }
+  arguments.push_back("--json");
+  const auto json = testing::run_tandem(arguments, "", "2>/dev/null");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const auto rank = nlohmann::json::parse(json.output)["rank"];
+  EXPECT_EQ(rank["coordinates"]["pipeline"], 6);
+  EXPECT_EQ(rank["groups"]["data"]["members"].size(), 80u);
+  EXPECT_EQ(rank["groups"]["pipeline"]["members"][7], 1 + 8 * 32 + 640 * 7);
+  arguments.back() = "--rank";
+  arguments.push_back("5120");
+  const auto outside = testing::run_tandem(arguments, "", "2>&1");
+  EXPECT_EQ(outside.exit_code, 2) << outside.output;
+  EXPECT_NE(outside.output.find("--rank"), std::string::npos) << outside.output;
+}
+
 }  // namespace
 }  // namespace tandem
