@@ -45,24 +45,16 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
                    "--device cpu (the same production code on the host)\n";
       return 2;
     }
-    if (config.parallel.data_parallel != session.world_size()) {
-      std::cerr << "error: --data-parallel-size " << config.parallel.data_parallel
-                << ": the production engine runs one data-parallel rank per process and "
+    if (config.parallel.world_size != session.world_size()) {
+      std::cerr << "error: --tensor-model-parallel-size " << config.parallel.tensor_parallel
+                << " x --data-parallel-size " << config.parallel.data_parallel << " = "
+                << config.parallel.world_size << " ranks: the production engine runs one rank per process and "
                 << session.world_size() << " were launched; fix: start it with mpirun -np "
-                << config.parallel.data_parallel << " (or srun -n " << config.parallel.data_parallel
+                << config.parallel.world_size << " (or srun -n " << config.parallel.world_size
                 << "), or use --engine reference, which emulates DP in one process\n";
       return 2;
     }
-    production::RankSetup ranks;
-    if (session.active()) {
-      ranks.rank = session.rank();
-      ranks.local_rank = session.local_rank();
-      ranks.collectives = [](production::Backend& backend) {
-        return backend.device() == production::Device::cuda ? production::make_nccl_collectives(backend)
-                                                            : production::make_mpi_collectives();
-      };
-      ranks.barrier = [&session] { session.barrier(); };
-    }
+    const production::RankSetup ranks = production::launched_rank_setup(session, config.parallel);
     // Rank 0 speaks for the run; the others' progress would repeat it.
     std::ostream null_stream(nullptr);
     std::ostream& out = ranks.rank == 0 ? std::cout : null_stream;

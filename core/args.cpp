@@ -475,10 +475,12 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                 text(model.num_attention_heads),
                 "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
                 "choose H a multiple of TP, or a smaller TP");
-  checker.check(model.num_query_groups % tp == 0, "--num-query-groups",
+  // Megatron 0.19: G >= TP splits the groups over the TP ranks; G < TP gives each group to TP/G
+  // ranks, which hold its key/value rows whole.
+  checker.check(model.num_query_groups % tp == 0 || tp % model.num_query_groups == 0, "--num-query-groups",
                 text(model.num_query_groups),
-                "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
-                "choose G a multiple of TP, or a smaller TP");
+                "must be a multiple or a divisor of --tensor-model-parallel-size (" + text(tp) + ") (Megatron)",
+                "choose G a multiple or a divisor of TP");
   // Megatron splits the MLP's hidden dimension over TP ranks.
   checker.check(model.ffn_hidden_size % tp == 0, "--ffn-hidden-size", text(model.ffn_hidden_size),
                 "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
@@ -493,6 +495,11 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   checker.check(!parallel.sequence_parallel || tp > 1, "--sequence-parallel", "true",
                 "requires --tensor-model-parallel-size > 1 (Megatron)",
                 "drop --sequence-parallel or raise TP");
+  checker.check(!parallel.sequence_parallel || model.seq_length % tp == 0, "--seq-length",
+                text(model.seq_length),
+                "must be divisible by --tensor-model-parallel-size (" + text(tp) +
+                    ") with --sequence-parallel: each TP rank holds seq / TP positions (Megatron)",
+                "choose a sequence length that is a multiple of TP");
   // Megatron's rules for the overlap options.
   checker.check(!parallel.overlap_param_gather || parallel.use_distributed_optimizer,
                 "--overlap-param-gather", "true",

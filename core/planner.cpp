@@ -51,22 +51,34 @@ std::string general(double value) {
 // Parameters one TP rank of one decoder block holds. Column-parallel weights and biases (q, k, v,
 // gate, up) and row-parallel weights (o, down) are split over TP; row-parallel biases and the
 // norm weights are replicated (Megatron).
+// With G < TP each key/value group is held whole by the TP/G ranks that share it (Megatron 0.19):
+// a rank keeps k and v (and their biases) of one group, kv / G.
 std::int64_t layer_parameters_per_gpu(const ParameterCount& count, const ModelConfig& model,
                                       std::int64_t tp) {
   const std::int64_t row_parallel_biases = model.add_bias_linear ? 2 * model.hidden_size : 0;
-  const std::int64_t split = count.attention_q + count.attention_k + count.attention_v +
-                             count.attention_o + count.mlp_gate + count.mlp_up + count.mlp_down +
-                             count.attention_biases + count.mlp_biases - row_parallel_biases;
+  const std::int64_t kv_biases = model.add_bias_linear ? 2 * model.kv_width() : 0;
+  const std::int64_t key_value = count.attention_k + count.attention_v + kv_biases;
+  const std::int64_t split = count.attention_q + count.attention_o + count.mlp_gate + count.mlp_up +
+                             count.mlp_down + count.attention_biases + count.mlp_biases - row_parallel_biases -
+                             kv_biases;
   // ceil: Megatron requires F divisible by TP; when it is not, count the larger shard.
-  return ceil_div(split, tp) + row_parallel_biases + count.layer_norms;
+  return ceil_div(split, tp) + ceil_div(key_value, std::min(tp, model.num_query_groups)) + row_parallel_biases +
+         count.layer_norms;
 }
 
-// Activation bytes one GPU stores for backward, per decoder block and microbatch
-// (docs/PLANNER.md "Activations": Korthikanti et al. 2022 adapted to SwiGLU + GQA, no dropout).
-double activation_bytes_per_layer(const RunConfig& config, RecomputeGranularity recompute) {
+// The tensors one GPU keeps for backward, per decoder block and microbatch, in elements: those
+// of tandem's production model (production/model.hpp BlockActivations), and the softmax output
+// a Megatron layer without flash attention keeps besides (docs/PLANNER.md "Activations").
+struct LayerActivations {
+  double compute_elements = 0;  // 16-bit with --bf16, else fp32
+  double fp32_elements = 0;     // the norms' inverse RMS and attention's log-sum-exp (tandem)
+  double score_elements = 0;    // H s^2 b / t (Megatron without flash attention)
+  double block_input_elements = 0;  // what full recompute keeps
+};
+
+LayerActivations layer_activations(const RunConfig& config) {
   const ModelConfig& model = config.model;
   const ParallelConfig& parallel = config.parallel;
-  const double element_bytes = config.optimizer.bf16 ? kBf16Bytes : kFp32Bytes;
   const double tp = static_cast<double>(parallel.tensor_parallel);
   const double sequence_split = parallel.sequence_parallel ? tp : 1.0;  // SP shards these over TP
   const double full_sequence = static_cast<double>(model.seq_length);   // s
@@ -76,22 +88,41 @@ double activation_bytes_per_layer(const RunConfig& config, RecomputeGranularity 
   const double kv = static_cast<double>(model.kv_width());
   const double ffn = static_cast<double>(model.ffn_hidden_size);
   const double heads = static_cast<double>(model.num_attention_heads);
-
-  // Replicated over TP unless SP: two norm inputs, the QKV input, the MLP input (4 s b d).
-  const double sequence_elements = 4.0 * tokens * d / sequence_split;
+  LayerActivations layer;
+  // Replicated over TP unless SP: the block input, the norm outputs before attention and MLP, and
+  // the residual stream between them (4 s b d).
+  layer.compute_elements = 4.0 * tokens * d / sequence_split;
   // Split over TP: q (s b d), k and v (2 s b kv), attention output (s b d), gate, up and their
   // SwiGLU product (3 s b F).
-  const double tensor_elements = (2.0 * tokens * d + 2.0 * tokens * kv + 3.0 * tokens * ffn) / tp;
+  layer.compute_elements += (2.0 * tokens * d + 3.0 * tokens * ffn) / tp;
+  // k and v: kv / TP each, or with G < TP the one group a rank holds whole (kv / G).
+  layer.compute_elements += 2.0 * tokens * kv / std::min(tp, static_cast<double>(model.num_query_groups));
+  // fp32: two inverse RMS per position (stream rows), one log-sum-exp per position and head.
+  layer.fp32_elements = 2.0 * tokens / sequence_split + tokens * heads / tp;
   // Softmax output of core attention: H x (s/c) x s per sample, split over TP.
-  const double score_elements = heads * tokens * full_sequence / tp;
+  layer.score_elements = heads * tokens * full_sequence / tp;
+  layer.block_input_elements = tokens * d / sequence_split;
+  return layer;
+}
 
+// What tandem's trainer stores per layer and microbatch: its attention is flash-style (no s x s
+// scores), so `selective` stores what `none` does; `full` keeps the block input only.
+double activation_bytes_per_layer(const RunConfig& config, RecomputeGranularity recompute) {
+  const double element_bytes = config.optimizer.bf16 ? kBf16Bytes : kFp32Bytes;
+  const LayerActivations layer = layer_activations(config);
+  if (recompute == RecomputeGranularity::full) return element_bytes * layer.block_input_elements;
+  return element_bytes * layer.compute_elements + kFp32Bytes * layer.fp32_elements;
+}
+
+// Megatron's count for comparison (Korthikanti et al. 2022 adapted to SwiGLU + GQA, no dropout):
+// without flash attention `none` also stores the H s^2 b softmax output; no fp32 statistics.
+double megatron_activation_bytes_per_layer(const RunConfig& config, RecomputeGranularity recompute) {
+  const double element_bytes = config.optimizer.bf16 ? kBf16Bytes : kFp32Bytes;
+  const LayerActivations layer = layer_activations(config);
   switch (recompute) {
-    case RecomputeGranularity::none:
-      return element_bytes * (sequence_elements + tensor_elements + score_elements);
-    case RecomputeGranularity::selective:
-      return element_bytes * (sequence_elements + tensor_elements);
-    case RecomputeGranularity::full:
-      return element_bytes * tokens * d / sequence_split;  // the block's input only
+    case RecomputeGranularity::none: return element_bytes * (layer.compute_elements + layer.score_elements);
+    case RecomputeGranularity::selective: return element_bytes * layer.compute_elements;
+    case RecomputeGranularity::full: return element_bytes * layer.block_input_elements;
   }
   return 0.0;
 }
@@ -125,11 +156,12 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
   memory.recompute = options.recompute;
   memory.budget_gib = options.gpu_memory_gib;
   memory.activation_bytes_per_layer = activation_bytes_per_layer(config, options.recompute);
-  // Full recompute rebuilds one block's activations (selective level) for one microbatch at a
-  // time in backward: that working set exists once, on top of the stored block inputs.
+  memory.megatron_activation_bytes_per_layer = megatron_activation_bytes_per_layer(config, options.recompute);
+  // Full recompute rebuilds one block's activations for one microbatch at a time in backward:
+  // that working set exists once, on top of the stored block inputs.
   const double recompute_working_bytes =
       options.recompute == RecomputeGranularity::full
-          ? activation_bytes_per_layer(config, RecomputeGranularity::selective)
+          ? activation_bytes_per_layer(config, RecomputeGranularity::none)
           : 0.0;
 
   const std::int64_t layer_gpu = layer_parameters_per_gpu(count, model, tp);
@@ -358,8 +390,8 @@ Plan make_plan(const RunConfig& config, const PlanOptions& options) {
     plan.warnings.push_back("memory: the peak stage needs " + fixed(plan.memory.peak_gib, 1) +
                             " GiB per GPU, over the --gpu-memory-gib budget of " +
                             fixed(options.gpu_memory_gib, 1) +
-                            " GiB; consider --recompute-granularity selective or full, or more "
-                            "TP/PP");
+                            " GiB; consider --recompute-granularity full (tandem's attention keeps no "
+                            "s x s scores, so selective saves nothing here), or more TP/PP");
   }
   if (plan.pipeline_bubble_fraction > kBubbleWarningFraction) {
     plan.warnings.push_back("pipeline bubble " + fixed(100.0 * plan.pipeline_bubble_fraction, 1) +
@@ -472,6 +504,7 @@ void to_json(nlohmann::json& out, const Plan& plan) {
       {"memory_per_gpu",
        {{"recompute_granularity", to_string(plan.memory.recompute)},
         {"activation_bytes_per_layer", plan.memory.activation_bytes_per_layer},
+        {"megatron_activation_bytes_per_layer", plan.memory.megatron_activation_bytes_per_layer},
         {"stages", stages},
         {"peak_gib", plan.memory.peak_gib},
         {"budget_gib", plan.memory.budget_gib}}},
@@ -609,6 +642,9 @@ void print_plan(std::ostream& out, const Plan& plan) {
     row(stage.stage + " stage: total", fixed(stage.total_gib, 2));
   }
   row("peak vs budget", fixed(memory.peak_gib, 2) + " of " + fixed(memory.budget_gib, 2));
+  row("activations per layer, MiB", fixed(memory.activation_bytes_per_layer / (1024.0 * 1024.0), 2) +
+                                        " (tandem's flash-style attention; Megatron without flash attention: " +
+                                        fixed(memory.megatron_activation_bytes_per_layer / (1024.0 * 1024.0), 2) + ")");
 
   const ParallelConfig& parallel = config.parallel;
   out << "\nData-parallel exchange per GPU and update (" << grouped(parallel.data_parallel) << " replicas; "

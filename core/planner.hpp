@@ -86,6 +86,10 @@ struct StageMemory {
 struct MemoryPlan {
   RecomputeGranularity recompute = RecomputeGranularity::none;
   double activation_bytes_per_layer = 0.0;  // one layer, one microbatch, one GPU, stored for bwd
+                                            // by tandem's trainer (production/model.hpp)
+  // The same by Megatron's count without flash attention (the s x s softmax output kept under
+  // recompute none): a labelled comparison, not used in the totals.
+  double megatron_activation_bytes_per_layer = 0.0;
   std::vector<StageMemory> stages;          // first and last stage (one entry when PP = 1)
   double peak_gib = 0.0;                    // max over stages
   double budget_gib = 0.0;                  // PlanOptions::gpu_memory_gib

@@ -117,8 +117,28 @@ RunConfig with_layout(RunConfig config, const BatchLayout& layout) {
   config.batch.micro_batch_size = layout.micro_batch_size;
   config.batch.global_batch_size = layout.global_batch_size();
   config.parallel.data_parallel = layout.data_parallel;
-  config.parallel.world_size = layout.data_parallel;
+  config.parallel.tensor_parallel = layout.tensor_parallel;
+  config.parallel.sequence_parallel = layout.sequence_parallel && layout.tensor_parallel > 1;
+  config.parallel.world_size = layout.data_parallel * layout.tensor_parallel;
   return config;
+}
+
+BatchLayout without_model_parallelism(BatchLayout layout) {
+  layout.tensor_parallel = 1;
+  layout.sequence_parallel = false;
+  return layout;
+}
+
+std::vector<std::int64_t> tensor_parallel_sizes(const ModelConfig& model, std::int64_t largest) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t tp = 1; tp <= largest; tp *= 2) {
+    const bool groups_split = model.num_query_groups % tp == 0 || tp % model.num_query_groups == 0;  // G < TP: shared
+    if (model.num_attention_heads % tp == 0 && groups_split && model.ffn_hidden_size % tp == 0 &&
+        model.padded_vocab_size % tp == 0) {
+      out.push_back(tp);
+    }
+  }
+  return out;
 }
 
 std::int64_t starting_samples(const UpdateCase& c) {
@@ -152,10 +172,14 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
     const std::int64_t gbs = *any_of<std::int64_t>({1, 2, 3, 4, 6, 8});
     const std::vector<BatchLayout> layouts = all_layouts(gbs);
     c.test_layout = *rc::gen::elementOf(layouts);
+    // The production twin's tensor parallelism (the reference has none; SPEC 13). Sequence
+    // parallelism splits the microbatch's positions: seq is a multiple of every TP drawn.
+    c.test_layout.tensor_parallel = *rc::gen::elementOf(tensor_parallel_sizes(config.model));
+    c.test_layout.sequence_parallel = c.test_layout.tensor_parallel > 1 && *rc::gen::arbitrary<bool>();
     // SPEC 5: microbatch-mean is not split-invariant, so its reference runs the same layout.
     c.reference_layout = data.loss_normalization == LossNormalization::per_token
                              ? *rc::gen::elementOf(layouts)
-                             : c.test_layout;
+                             : without_model_parallelism(c.test_layout);
     config = with_layout(config, c.reference_layout);
     // Megatron's distributed optimizer (production shards its main state over DP ranks).
     config.parallel.use_distributed_optimizer = *rc::gen::arbitrary<bool>();
@@ -236,7 +260,10 @@ std::string case_name(const UpdateCase& c) {
      << " | mbs x microbatches x DP: reference " << c.reference_layout.micro_batch_size << "x"
      << c.reference_layout.microbatches << "x" << c.reference_layout.data_parallel << " test "
      << c.test_layout.micro_batch_size << "x" << c.test_layout.microbatches << "x"
-     << c.test_layout.data_parallel << (r.parallel.use_distributed_optimizer ? " distributed-optimizer" : "")
+     << c.test_layout.data_parallel
+     << (c.test_layout.tensor_parallel > 1 ? " TP " + std::to_string(c.test_layout.tensor_parallel) : "")
+     << (c.test_layout.sequence_parallel ? " sequence-parallel" : "")
+     << (r.parallel.use_distributed_optimizer ? " distributed-optimizer" : "")
      << (r.parallel.overlap_grad_reduce ? " overlap-grad-reduce bucket " + std::to_string(r.parallel.ddp_bucket_size) : "")
      << (r.parallel.overlap_param_gather ? " overlap-param-gather" : "")
      << " | b1 " << r.optimizer.adam_beta1 << " b2 "

@@ -7,7 +7,10 @@
 //   documents  lengths 0 (empty) and 1 (a lone EOD) up to longer than two windows, lengths that
 //              put EODs on window edges, runs of lone EODs (windows without loss tokens), concat
 //              or unit packing (padding), sequential or shuffled order, each SPEC 3 flag on/off;
-//   batches    mbs, microbatches and DP size of the twin under test and of the reference;
+//   batches    mbs, microbatches and DP size of the twin under test and of the reference; the
+//              test's TP (1, 2 or 4 where heads, F and the padded vocabulary divide, and groups
+//              divide or are divided: G < TP shares each group) and
+//              sequence parallelism;
 //   optimizer  betas, eps, weight decay, clipping off / inactive / active / just above and just
 //              below its threshold;
 //   schedule   style, warmup, decay, and the position of the first update: the very first, the
@@ -39,6 +42,9 @@ struct BatchLayout {
   std::int64_t micro_batch_size = 1;
   std::int64_t microbatches = 1;  // per replica
   std::int64_t data_parallel = 1;
+  // The twin under test's tensor parallelism (production; the reference has none: SPEC 13).
+  std::int64_t tensor_parallel = 1;
+  bool sequence_parallel = false;
   std::int64_t global_batch_size() const { return micro_batch_size * microbatches * data_parallel; }
 };
 
@@ -84,6 +90,14 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits = {});
 
 // Every (mbs, microbatches, DP) whose product is `gbs`, the direct global batch (gbs, 1, 1) first.
 std::vector<BatchLayout> all_layouts(std::int64_t gbs);
+
+// The layout's data-parallel part: the same replicas, microbatches and mbs, TP 1 (the reference's
+// layout for a twin's: the reference has no model parallelism, SPEC 13).
+BatchLayout without_model_parallelism(BatchLayout layout);
+
+// The TP sizes a model can be split over (1 always): H, F and the padded vocabulary divisible, G a
+// multiple or a divisor (G < TP: each key/value group shared by TP/G ranks), at most `largest`.
+std::vector<std::int64_t> tensor_parallel_sizes(const ModelConfig& model, std::int64_t largest = 4);
 
 // The run config of `c` laid out as `layout` (batch and parallel sections).
 RunConfig with_layout(RunConfig config, const BatchLayout& layout);

@@ -52,24 +52,52 @@ void scale_global_batch(UpdateCase& c, std::int64_t factor) {
 // fixed (the MPI ranks) gets a layout with that DP, the global batch scaled when it does not
 // divide; and a twin that can only inject NaN at element 0 gets exactly that.
 void adapt_to(const TwinKind& kind, UpdateCase& c) {
-  if (const std::int64_t ranks = kind.required_data_parallel; ranks > 0 && c.test_layout.data_parallel != ranks) {
+  std::int64_t required_data_parallel = kind.required_data_parallel;
+  if (const std::int64_t world = kind.required_world_size; world > 0) {
+    // The largest TP up to the drawn one that divides the world (the drawn TP splits the model,
+    // so every power of two below it does too); the rest of the ranks are replicas.
+    while (world % c.test_layout.tensor_parallel != 0) c.test_layout.tensor_parallel /= 2;
+    c.test_layout.sequence_parallel = c.test_layout.sequence_parallel && c.test_layout.tensor_parallel > 1;
+    required_data_parallel = world / c.test_layout.tensor_parallel;
+  }
+  if (const std::int64_t ranks = required_data_parallel; ranks > 0 && c.test_layout.data_parallel != ranks) {
     if (c.test_layout.global_batch_size() % ranks != 0) scale_global_batch(c, ranks);
     const std::int64_t per_rank = c.test_layout.global_batch_size() / ranks;
     const std::int64_t mbs = per_rank % c.test_layout.micro_batch_size == 0 ? c.test_layout.micro_batch_size : 1;
-    c.test_layout = {mbs, per_rank / mbs, ranks};
+    c.test_layout = {mbs, per_rank / mbs, ranks, c.test_layout.tensor_parallel, c.test_layout.sequence_parallel};
     if (c.config.data.loss_normalization == LossNormalization::microbatch_mean) {
-      c.reference_layout = c.test_layout;  // SPEC 5: microbatch-mean is not split-invariant
+      c.reference_layout = without_model_parallelism(c.test_layout);  // SPEC 5: microbatch-mean is not split-invariant
       c.config = with_layout(c.config, c.reference_layout);
     }
   }
   if (kind.max_data_parallel > 0 && c.test_layout.data_parallel > kind.max_data_parallel) {
-    c.test_layout = {c.test_layout.micro_batch_size,
-                     c.test_layout.microbatches * c.test_layout.data_parallel, 1};
+    c.test_layout = {c.test_layout.micro_batch_size, c.test_layout.microbatches * c.test_layout.data_parallel, 1,
+                     c.test_layout.tensor_parallel, c.test_layout.sequence_parallel};
     if (c.config.data.loss_normalization == LossNormalization::microbatch_mean) {
-      c.reference_layout = c.test_layout;  // SPEC 5: microbatch-mean is not split-invariant
+      c.reference_layout = without_model_parallelism(c.test_layout);  // SPEC 5: microbatch-mean is not split-invariant
       c.config = with_layout(c.config, c.reference_layout);
     }
   }
+  if (kind.max_tensor_parallel > 0 && c.test_layout.tensor_parallel > kind.max_tensor_parallel) {
+    c.test_layout.tensor_parallel = kind.max_tensor_parallel;
+    c.test_layout.sequence_parallel = c.test_layout.sequence_parallel && kind.max_tensor_parallel > 1;
+  }
+  if (const std::int64_t tp = kind.required_tensor_parallel; tp > 0) {
+    // Mapped into the domain: a model that TP cannot split gets the nearest one it can (heads a
+    // multiple of TP at the same head dimension, groups a multiple or a divisor of TP, F and the
+    // vocabulary rounded up).
+    ModelConfig& model = c.config.model;
+    const std::int64_t head_dim = model.head_dim();
+    if (model.num_attention_heads % tp != 0) model.num_attention_heads = tp;
+    if (model.num_query_groups % tp != 0 && tp % model.num_query_groups != 0) {
+      model.num_query_groups = model.num_attention_heads;
+    }
+    model.hidden_size = model.num_attention_heads * head_dim;
+    model.ffn_hidden_size = (model.ffn_hidden_size + tp - 1) / tp * tp;
+    model.padded_vocab_size = (model.padded_vocab_size + tp - 1) / tp * tp;
+    c.test_layout.tensor_parallel = tp;
+  }
+  if (kind.requires_sequence_parallel) c.test_layout.sequence_parallel = true;
   if (!kind.injects_any_value && c.injection.iteration > 0 && !c.injection.on_loss) {
     c.injection.value = std::numeric_limits<double>::quiet_NaN();
     c.injection.element = 0;
@@ -203,6 +231,7 @@ void accumulated_microbatches_equal_the_direct_global_batch(const TwinKind& kind
     if (index == 1) continue;  // the direct batch itself
     if (kind.max_data_parallel > 0 && layout.data_parallel > kind.max_data_parallel) continue;
     if (kind.required_data_parallel > 0 && layout.data_parallel != kind.required_data_parallel) continue;
+    if (kind.required_world_size > 0 && layout.data_parallel * layout.tensor_parallel != kind.required_world_size) continue;
     auto split = kind.make(setup_for(with_layout(c.config, layout), samples, {}, 0));
     move_to_position(*split, starting_samples(c), gbs);
     const IterationRecord record = split->run_iteration();
@@ -601,7 +630,10 @@ std::vector<PropertyEntry> make_properties() {
         Mutant::eps_inside_sqrt, Mutant::bias_correction_off_by_one,
         Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
         Mutant::positions_not_reset, Mutant::unreduced_gradients,
-        Mutant::rank_local_loss_denominator, Mutant::shard_local_norm}});
+        Mutant::rank_local_loss_denominator, Mutant::shard_local_norm,
+        Mutant::unsummed_sequence_parallel_gradients, Mutant::replicated_counted_per_rank,
+        Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
+        Mutant::row_parallel_not_summed}});
   entries.push_back(
       {"TrainingOutputsMatchTheReference",
        "the twin under test's training outputs alone (no sample inspection) equal the reference's",

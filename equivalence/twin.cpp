@@ -122,7 +122,7 @@ class ReferenceTwin final : public Twin {
 class ProductionTwin final : public Twin {
  public:
   ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport,
-                 production::TestSwitches::Mutants mutants = {})
+                 production::ProductionMutants mutants = {})
       : samples_(setup.samples),
         ranks_(setup.config, samples_, options(setup, cuda, mutants),
                transport == RankTransport::mpi ? production::LocalRanks::Transport::mpi
@@ -201,13 +201,14 @@ class ProductionTwin final : public Twin {
 
  private:
   static production::ProductionOptions options(const TwinSetup& setup, bool cuda,
-                                               production::TestSwitches::Mutants mutants) {
+                                               production::ProductionMutants mutants) {
     production::ProductionOptions out;
     out.device = cuda ? production::Device::cuda : production::Device::cpu;
-    out.switches.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
-    out.switches.nonfinite_loss_iterations = setup.nonfinite_loss_iterations;
-    out.switches.nonfinite_loss_value = setup.nonfinite_loss_value;
-    out.switches.mutants = mutants;
+    production::FaultSchedule faults;
+    faults.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
+    faults.nonfinite_loss_iterations = setup.nonfinite_loss_iterations;
+    faults.nonfinite_loss_value = setup.nonfinite_loss_value;
+    out.hooks = production::make_test_hooks(faults, mutants);
     return out;
   }
   // As MPI ranks each process names its own scratch directory: they all use rank 0's.
@@ -290,7 +291,12 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::positions_not_reset: break;  // data-side
     case Mutant::unreduced_gradients:
     case Mutant::rank_local_loss_denominator:
-    case Mutant::shard_local_norm: break;  // production-side
+    case Mutant::shard_local_norm:
+    case Mutant::unsummed_sequence_parallel_gradients:
+    case Mutant::replicated_counted_per_rank:
+    case Mutant::local_vocabulary_normalizer:
+    case Mutant::row_parallel_summed_twice:
+    case Mutant::row_parallel_not_summed: break;  // production-side
   }
   return m;
 }
@@ -307,7 +313,10 @@ std::vector<Mutant> all_mutants() {
           Mutant::eps_inside_sqrt,            Mutant::bias_correction_off_by_one,
           Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
           Mutant::positions_not_reset,        Mutant::unreduced_gradients,
-          Mutant::rank_local_loss_denominator, Mutant::shard_local_norm};
+          Mutant::rank_local_loss_denominator, Mutant::shard_local_norm,
+          Mutant::unsummed_sequence_parallel_gradients, Mutant::replicated_counted_per_rank,
+          Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
+          Mutant::row_parallel_not_summed};
 }
 
 std::string to_string(Mutant mutant) {
@@ -324,6 +333,11 @@ std::string to_string(Mutant mutant) {
     case Mutant::unreduced_gradients: return "unreduced_gradients";
     case Mutant::rank_local_loss_denominator: return "rank_local_loss_denominator";
     case Mutant::shard_local_norm: return "shard_local_norm";
+    case Mutant::unsummed_sequence_parallel_gradients: return "unsummed_sequence_parallel_gradients";
+    case Mutant::replicated_counted_per_rank: return "replicated_counted_per_rank";
+    case Mutant::local_vocabulary_normalizer: return "local_vocabulary_normalizer";
+    case Mutant::row_parallel_summed_twice: return "row_parallel_summed_twice";
+    case Mutant::row_parallel_not_summed: return "row_parallel_not_summed";
   }
   return "?";
 }
@@ -377,14 +391,17 @@ TwinKind production_twin(bool cuda, RankTransport transport) {
               (transport == RankTransport::mpi ? "-mpi" : "");
   kind.description = std::string("production trainer (production/trainer.hpp), ") +
                      (cuda ? "cuda" : "cpu") + " backend, fp32 main state" +
-                     (transport == RankTransport::mpi ? ", DP = the MPI ranks" : "");
+                     (transport == RankTransport::mpi ? ", TP x DP = the MPI ranks" : "");
   kind.precision = fp32();
   kind.compute_follows_bf16 = true;
   kind.checkpoints = true;
   // Ranks on threads share host memory: the cpu backend. On cuda, ranks are processes (NCCL).
   kind.max_data_parallel = cuda && transport == RankTransport::threads ? 1 : 0;
-  kind.required_data_parallel = transport == RankTransport::mpi ? mpi_world_size() : 0;
-  kind.injects_any_value = false;  // production::TestSwitches: NaN at element 0
+  // Under mpirun the run's TP x DP ranks are the MPI ranks (the rank grid's sub-communicators).
+  kind.required_world_size = transport == RankTransport::mpi ? mpi_world_size() : 0;
+  // One GPU: no tensor parallelism on cuda yet (two ranks need two devices or NCCL on one).
+  kind.max_tensor_parallel = cuda ? 1 : 0;
+  kind.injects_any_value = false;  // production::FaultSchedule: NaN at element 0
   kind.make = [cuda, transport](const TwinSetup& setup) -> std::unique_ptr<Twin> {
     return std::make_unique<ProductionTwin>(setup, cuda, transport);
   };
@@ -401,28 +418,59 @@ bool cuda_device_answers() {
   }
 }
 
+TwinKind production_cuda_ranks_twin() {
+  TwinKind kind = production_twin(true, RankTransport::threads);
+  kind.name = "production-cuda-ranks";
+  kind.description = "production trainer (production/trainer.hpp), cuda backend, fp32 main state, TP x DP "
+                     "ranks on threads sharing the one GPU (exchanges staged through host memory)";
+  kind.max_data_parallel = 2;  // a few ranks per GPU: each holds a backend, its stream and handles
+  kind.max_tensor_parallel = 0;
+  return kind;
+}
+
 std::vector<TwinKind> twins_under_test() {
   std::vector<TwinKind> kinds = {reference_twin(), production_twin(false)};
-  if (cuda_device_answers()) kinds.push_back(production_twin(true));
+  if (cuda_device_answers()) {
+    kinds.push_back(production_twin(true));
+    kinds.push_back(production_cuda_ranks_twin());
+  }
   return kinds;
+}
+
+static bool is_tensor_parallel_side(Mutant mutant) {
+  return mutant == Mutant::unsummed_sequence_parallel_gradients || mutant == Mutant::replicated_counted_per_rank ||
+         mutant == Mutant::local_vocabulary_normalizer || mutant == Mutant::row_parallel_summed_twice ||
+         mutant == Mutant::row_parallel_not_summed;
 }
 
 bool is_production_side(Mutant mutant) {
   return mutant == Mutant::unreduced_gradients || mutant == Mutant::rank_local_loss_denominator ||
-         mutant == Mutant::shard_local_norm;
+         mutant == Mutant::shard_local_norm || is_tensor_parallel_side(mutant);
 }
 
 TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
   if (is_production_side(mutant)) {
-    // The production trainer itself, on 2 ranks (threads), with one data-parallel bug.
-    production::TestSwitches::Mutants mutants;
+    // The production trainer itself, on 2 ranks (threads), with one data- or tensor-parallel bug.
+    production::ProductionMutants mutants;
     mutants.unreduced_gradients = mutant == Mutant::unreduced_gradients;
     mutants.rank_local_loss_denominator = mutant == Mutant::rank_local_loss_denominator;
     mutants.shard_local_norm = mutant == Mutant::shard_local_norm;
+    mutants.unsummed_sequence_parallel_gradients = mutant == Mutant::unsummed_sequence_parallel_gradients;
+    mutants.replicated_counted_per_rank = mutant == Mutant::replicated_counted_per_rank;
+    mutants.local_vocabulary_normalizer = mutant == Mutant::local_vocabulary_normalizer;
+    mutants.row_parallel_summed_twice = mutant == Mutant::row_parallel_summed_twice;
+    mutants.row_parallel_not_summed = mutant == Mutant::row_parallel_not_summed;
     TwinKind kind = production_twin(false);
     kind.name = "mutant-" + to_string(mutant);
-    kind.description = "production trainer (cpu, 2 ranks) with the mutant " + to_string(mutant);
-    kind.required_data_parallel = 2;
+    const bool tensor = is_tensor_parallel_side(mutant);
+    kind.description = "production trainer (cpu, 2 " + std::string(tensor ? "tensor" : "data") +
+                       "-parallel ranks) with the mutant " + to_string(mutant);
+    if (tensor) {
+      kind.required_tensor_parallel = 2;
+      kind.requires_sequence_parallel = mutant == Mutant::unsummed_sequence_parallel_gradients;
+    } else {
+      kind.required_data_parallel = 2;
+    }
     kind.adamw_element = nullptr;
     kind.make = [mutants](const TwinSetup& setup) -> std::unique_ptr<Twin> {
       return std::make_unique<ProductionTwin>(setup, false, RankTransport::threads, mutants);

@@ -74,8 +74,8 @@ struct AdamwElementCall {
 using AdamwElementFunction = std::function<AdamwElement(const AdamwElementCall&)>;
 
 // The deliberately wrong variants (trainer-side ones live in reference::Mutants; the data-side
-// ones rewrite the Sample the twin consumes; the production-side ones are data-parallel bugs in
-// production::TestSwitches::Mutants, run on 2 ranks).
+// ones rewrite the Sample the twin consumes; the production-side ones are data- and
+// tensor-parallel bugs in production::ProductionMutants, run on 2 ranks).
 enum class Mutant {
   decay_norm_weights,
   l2_instead_of_decoupled,
@@ -89,6 +89,12 @@ enum class Mutant {
   unreduced_gradients,          // production: each rank updates with its own gradient
   rank_local_loss_denominator,  // production: per-token scale by the rank's own loss tokens
   shard_local_norm,             // production: each rank clips by its own shard's norm
+  // Tensor-parallel bugs (production, TP 2 on threads):
+  unsummed_sequence_parallel_gradients,  // norm weights' gradients not summed over TP under SP
+  replicated_counted_per_rank,  // a replicated tensor counted TP times in the norm
+  local_vocabulary_normalizer,  // the cross-entropy normalized over the rank's vocabulary part
+  row_parallel_summed_twice,    // a row-parallel output summed over TP twice
+  row_parallel_not_summed,      // ... or not at all
 };
 std::vector<Mutant> all_mutants();
 std::string to_string(Mutant mutant);  // "eps_inside_sqrt"
@@ -102,7 +108,11 @@ struct TwinKind {
   bool compute_follows_bf16 = false;  // --bf16 makes its compute stores bf16 (production)
   bool checkpoints = false;  // supports save_checkpoint()/resume_from()
   std::int64_t max_data_parallel = 0;  // largest DP it runs (0: any)
-  std::int64_t required_data_parallel = 0;  // the only DP it runs (0: any): the MPI ranks
+  std::int64_t required_data_parallel = 0;  // the only DP it runs (0: any)
+  std::int64_t required_world_size = 0;     // the only TP x DP it runs (0: any): the MPI ranks
+  std::int64_t max_tensor_parallel = 0;     // largest TP it runs (0: any)
+  std::int64_t required_tensor_parallel = 0;  // the only TP it runs (0: any)
+  bool requires_sequence_parallel = false;    // runs with --sequence-parallel only
   bool injects_any_value = true;       // false: only NaN at flat element 0 (production's switch)
   std::function<std::unique_ptr<Twin>(const TwinSetup&)> make;
   AdamwElementFunction adamw_element;  // empty when the twin's optimizer is not callable per element
@@ -125,6 +135,10 @@ std::vector<TwinKind> twins_under_test();
 enum class RankTransport { threads, mpi };
 // The production trainer (production/trainer.hpp) on a backend.
 TwinKind production_twin(bool cuda, RankTransport transport = RankTransport::threads);
+// The cuda backend with TP x DP ranks on threads of this process, all on the one GPU, their
+// exchanges staged through host memory (production/collectives/staged.hpp): tensor
+// parallelism's CUDA path on a machine with one device.
+TwinKind production_cuda_ranks_twin();
 // Whether the cuda backend is built and a device answers.
 bool cuda_device_answers();
 // The reference with one mutant switched on. `at_production_tolerance`: held to the bounds of an

@@ -19,6 +19,7 @@
 //   - ops run in call order on one stream; memory copies to the host synchronize.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -86,6 +87,7 @@ class Backend {
   virtual void attention_forward(const AttentionForwardParams& params) = 0;
   virtual void attention_backward(const AttentionBackwardParams& params) = 0;
   virtual void cross_entropy(const CrossEntropyParams& params) = 0;
+  virtual void vocab_parallel_cross_entropy(const VocabParallelCrossEntropyParams& params) = 0;
   virtual void gemm(const GemmParams& params) = 0;
   virtual void convert(const ConvertParams& params) = 0;
   virtual void add(const AddParams& params) = 0;
@@ -94,6 +96,22 @@ class Backend {
   virtual void squared_norm(const SquaredNormParams& params) = 0;
   virtual void adamw(const AdamwParams& params) = 0;
   virtual void scale(const ScaleParams& params) = 0;
+
+  // Bytes held in this backend's Buffers now, and the most held at once so far: what the trainer
+  // keeps (docs/PRODUCTION.md "Memory"; the cuda backend's own workspaces and the CUDA context
+  // are not counted). Buffer reports its allocations here.
+  std::int64_t bytes_in_use() const { return in_use_.load(); }
+  std::int64_t peak_bytes_in_use() const { return peak_.load(); }
+  void account(std::int64_t bytes) {
+    const std::int64_t now = in_use_.fetch_add(bytes) + bytes;
+    std::int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+
+ private:
+  std::atomic<std::int64_t> in_use_{0};
+  std::atomic<std::int64_t> peak_{0};
 };
 
 // A typed, owning handle to `size` elements of backend memory (zero-filled at creation).
@@ -107,7 +125,9 @@ class Buffer {
       : backend_(&backend),
         data_(size > 0 ? static_cast<T*>(backend.allocate(size * static_cast<std::int64_t>(sizeof(T))))
                        : nullptr),
-        size_(size) {}
+        size_(size) {
+    if (data_ != nullptr) backend.account(bytes());
+  }
   Buffer(Buffer&& other) noexcept { swap(other); }
   Buffer& operator=(Buffer&& other) noexcept {
     Buffer moved(std::move(other));
@@ -115,7 +135,10 @@ class Buffer {
     return *this;
   }
   ~Buffer() {
-    if (backend_ != nullptr && data_ != nullptr) backend_->release(data_);
+    if (backend_ != nullptr && data_ != nullptr) {
+      backend_->release(data_);
+      backend_->account(-bytes());
+    }
   }
 
   T* data() { return data_; }

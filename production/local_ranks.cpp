@@ -1,34 +1,86 @@
 // The Trainers of one process's data-parallel ranks (local_ranks.hpp).
 #include "production/local_ranks.hpp"
 
+#include <map>
+#include <utility>
+
+#include "core/rank_grid.hpp"
 #include "production/collectives/mpi.hpp"
+#include "production/collectives/staged.hpp"
 
 namespace tandem::production {
 
 LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, const ProductionOptions& base,
                        Transport transport) {
-  const auto ranks = static_cast<int>(config.parallel.data_parallel);
+  const auto replicas = static_cast<int>(config.parallel.data_parallel);
+  const auto tensor_ranks = static_cast<int>(config.parallel.tensor_parallel);
+  const int ranks = replicas * tensor_ranks;
   ProductionOptions shared = base;
   if (transport == Transport::mpi && ranks > 1) {
-    shared.collectives = [](Backend&) { return make_mpi_collectives(); };
+    // This process is one rank of the launched world; its groups are the rank grid's
+    // (core/rank_grid.hpp), MPI sub-communicators made in the Trainer's order on every rank.
+    const RankGrid grid(config.parallel);
+    shared.world = [](Backend&) { return make_mpi_collectives(); };
+    shared.collectives = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::data); };
+    shared.tensor_parallel = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::tensor); };
     transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks";
+    if (tensor_ranks > 1) {
+      transport_text_ += " (TP " + std::to_string(tensor_ranks) + " x DP " + std::to_string(replicas) + ")";
+    }
   } else if (ranks > 1) {
+    // The rank grid's groups (core/rank_grid.hpp, Megatron's order: TP fastest), one thread group
+    // each, its members numbered as the grid lists them.
+    const RankGrid grid(config.parallel);
     group_ = make_thread_group(ranks);
+    std::map<std::pair<RankGroupKind, std::int64_t>, std::vector<std::shared_ptr<Collectives>>> made;
+    const auto member = [&](RankGroupKind kind, int rank) {
+      auto& threads = made[{kind, grid.group_index(kind, rank)}];
+      if (threads.empty()) threads = make_thread_group(static_cast<int>(grid.members(kind, rank).size()));
+      return threads[static_cast<std::size_t>(grid.rank_in_group(kind, rank))];
+    };
+    for (int rank = 0; rank < ranks; ++rank) {
+      rank_groups_.push_back({group_[static_cast<std::size_t>(rank)], member(RankGroupKind::data, rank),
+                              member(RankGroupKind::tensor, rank)});
+    }
     transport_text_ = ", " + std::to_string(ranks) + " ranks on threads";
+    if (tensor_ranks > 1) {
+      transport_text_ += " (TP " + std::to_string(tensor_ranks) + " x DP " + std::to_string(replicas) + ")";
+    }
   }
   trainers_.resize(group_.empty() ? 1 : group_.size());
   auto build = [&](int rank) {
     ProductionOptions mine = shared;
     if (!group_.empty()) {
-      mine.collectives = [member = group_[static_cast<std::size_t>(rank)]](Backend&) { return member; };
+      // Threads exchange host memory: a cuda rank's exchanges are staged through it
+      // (collectives/staged.hpp; several ranks on one GPU, as NCCL would refuse).
+      const auto on = [](std::shared_ptr<Collectives> member) -> CollectivesFactory {
+        return [member](Backend& backend) {
+          return backend.device() == Device::cuda ? make_host_staged_collectives(backend, member) : member;
+        };
+      };
+      const auto& groups = rank_groups_[static_cast<std::size_t>(rank)];
+      mine.world = on(groups[0]);
+      mine.collectives = on(groups[1]);
+      mine.tensor_parallel = on(groups[2]);
     }
     trainers_[static_cast<std::size_t>(rank)] = std::make_unique<Trainer>(config, samples, mine);
   };
   if (group_.empty()) {
     build(0);
   } else {
-    run_thread_group(group_, build);  // the Trainers' constructors exchange (collectives' setup)
+    run_ranks(build);  // the Trainers' constructors exchange (collectives' setup)
   }
+}
+
+void LocalRanks::run_ranks(const std::function<void(int rank)>& body) const {
+  run_thread_group(group_, [&](int rank) {
+    try {
+      body(rank);
+    } catch (...) {
+      abandon_thread_groups(rank_groups_[static_cast<std::size_t>(rank)]);
+      throw;
+    }
+  });
 }
 
 }  // namespace tandem::production

@@ -1,8 +1,9 @@
-// The Trainers of the data-parallel ranks that one process runs, for the tests and the
-// equivalence harness (tandem train runs one rank per process instead): either one Trainer (DP 1,
-// or this process's rank when mpirun started it) or one Trainer per rank on threads of a thread
-// group (collectives/thread_group.hpp). each() runs a body on every rank held, together, as the
-// Trainer's collective calls require.
+// The Trainers of the ranks that one process runs, for the tests and the equivalence harness
+// (tandem train runs one rank per process instead): either one Trainer (one rank, or this
+// process's rank when mpirun started it) or one Trainer per rank of TP x DP on threads
+// (collectives/thread_group.hpp: a group for every rank, one per tensor-parallel and one per
+// data-parallel group, Megatron's order: rank = dp x TP + tp). each() runs a body on every rank
+// held, together, as the Trainer's collective calls require.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ class LocalRanks {
  public:
   enum class Transport { threads, mpi };
 
-  // config.parallel.data_parallel ranks over `transport` (mpi: this process is one of them; DP 1
+  // config.parallel's TP x DP ranks over `transport` (mpi: this process is one of them; one rank
   // needs no transport). `base` is every rank's options; its collectives are set here.
   LocalRanks(const RunConfig& config, const SampleProvider& samples, const ProductionOptions& base,
              Transport transport);
@@ -31,14 +32,12 @@ class LocalRanks {
   template <class Body>
   void each(Body&& body) {
     if (group_.empty()) return body(*trainers_.front(), 0);
-    run_thread_group(group_, [&](int rank) { body(*trainers_[static_cast<std::size_t>(rank)], rank); });
+    run_ranks([&](int rank) { body(*trainers_[static_cast<std::size_t>(rank)], rank); });
   }
   template <class Body>
   void each(Body&& body) const {
     if (group_.empty()) return body(static_cast<const Trainer&>(*trainers_.front()), 0);
-    run_thread_group(group_, [&](int rank) {
-      body(static_cast<const Trainer&>(*trainers_[static_cast<std::size_t>(rank)]), rank);
-    });
+    run_ranks([&](int rank) { body(static_cast<const Trainer&>(*trainers_[static_cast<std::size_t>(rank)]), rank); });
   }
 
   // The first rank this process holds (rank 0 on threads); its records and state stand for all.
@@ -52,7 +51,11 @@ class LocalRanks {
   bool on_threads() const { return !group_.empty(); }
 
  private:
-  std::vector<std::shared_ptr<Collectives>> group_;  // empty: one rank in this process
+  // body(rank) on every rank's thread; a rank that fails abandons all its groups.
+  void run_ranks(const std::function<void(int rank)>& body) const;
+
+  std::vector<std::shared_ptr<Collectives>> group_;  // [ranks] every rank; empty: one rank in this process
+  std::vector<std::vector<std::shared_ptr<Collectives>>> rank_groups_;  // [ranks] {world, dp, tp} members
   std::vector<std::unique_ptr<Trainer>> trainers_;   // [ranks held]
   std::string transport_text_;
 };

@@ -19,6 +19,10 @@ void require(bool holds, const std::string& message) {
 DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout, Backend& backend,
                            const DecoderOptions& options)
     : config_(config),
+      tp_(options.tensor_parallel_comm),
+      sequence_parallel_(options.sequence_parallel && options.tensor_parallel_comm != nullptr &&
+                         options.tensor_parallel_comm->size() > 1),
+      step_hooks_(options.hooks),
       layout_(layout),
       backend_(backend),
       compute_(options.compute),
@@ -26,56 +30,107 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
       seq_(config.seq_length),
       rows_(options.micro_batch_size * config.seq_length) {
   const std::int64_t d = config.hidden_size;
-  const std::int64_t query_width = config.num_attention_heads * config.head_dim();  // H*hd
-  const std::int64_t kv_width = config.kv_width();                                  // G*hd
-  const std::int64_t ffn = config.ffn_hidden_size;                                  // F
-  const std::int64_t vocab = config.padded_vocab_size;                              // V
-  const std::int64_t heads = config.num_attention_heads;
-  const std::int64_t half = config.head_dim() / 2;
+  const std::int64_t hd = config.head_dim();
+  const TensorParallelLayout* split = options.tensor_parallel;
+  require((split == nullptr) == (tp_ == nullptr), "a tensor-parallel layout needs its exchanges, and back");
+  heads_ = split ? split->heads() : config.num_attention_heads;
+  groups_ = split ? split->groups() : config.num_query_groups;
+  ffn_ = split ? split->ffn() : config.ffn_hidden_size;
+  vocab_ = split ? split->vocab_rows() : config.padded_vocab_size;
+  vocab_begin_ = split ? split->vocab_begin() : 0;
+  const std::int64_t ranks = tp_ ? tp_->size() : 1;
+  require(!sequence_parallel_ || rows_ % ranks == 0,
+          "--sequence-parallel splits the microbatch's " + std::to_string(rows_) + " positions over " +
+              std::to_string(ranks) + " TP ranks; fix: a --seq-length divisible by --tensor-model-parallel-size");
+  stream_rows_ = sequence_parallel_ ? rows_ / ranks : rows_;
+  const std::int64_t query_width = heads_ * hd;  // H*hd
+  const std::int64_t kv_width = groups_ * hd;    // G*hd
+  const std::int64_t ffn = ffn_;                 // F
+  const std::int64_t vocab = vocab_;             // V
+  const std::int64_t heads = heads_;
+  const std::int64_t half = hd / 2;
+  const std::int64_t stream = stream_rows_;
   epsilon_ = static_cast<float>(config.norm_epsilon);
   attention_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim())));  // SPEC 4
   const std::int64_t fitting = std::max<std::int64_t>(1, kLogitsChunkBytes / (vocab * 4));
   chunk_rows_ = std::min(rows_, options.logits_chunk_rows > 0 ? options.logits_chunk_rows : fitting);
 
-  tokens_ = Buffer<std::int32_t>(backend, rows_);
-  labels_ = Buffer<std::int32_t>(backend, rows_);
-  loss_mask_ = Buffer<std::uint8_t>(backend, rows_);
-  positions_ = Buffer<std::int32_t>(backend, rows_);
-  attention_start_ = Buffer<std::int32_t>(backend, rows_);
-  rope_cosines_ = Buffer<float>(backend, rows_ * half);
-  rope_sines_ = Buffer<float>(backend, rows_ * half);
+  // Counts what the model allocates (allocated_bytes()).
+  auto compute_buffer = [&](std::int64_t size) {
+    allocated_bytes_ += size * dtype_bytes(compute_);
+    return ComputeBuffer(backend, compute_, size);
+  };
+  auto buffer = [&]<class T>(std::int64_t size, T) {
+    allocated_bytes_ += size * static_cast<std::int64_t>(sizeof(T));
+    return Buffer<T>(backend, size);
+  };
+  tokens_ = buffer(rows_, std::int32_t{});
+  labels_ = buffer(rows_, std::int32_t{});
+  loss_mask_ = buffer(rows_, std::uint8_t{});
+  positions_ = buffer(rows_, std::int32_t{});
+  attention_start_ = buffer(rows_, std::int32_t{});
+  rope_cosines_ = buffer(rows_ * half, float{});
+  rope_sines_ = buffer(rows_ * half, float{});
   blocks_.resize(static_cast<std::size_t>(config.num_layers));
   for (BlockActivations& block : blocks_) {
-    block.block_input = ComputeBuffer(backend, compute_, rows_ * d);
-    block.attn_inverse_rms = Buffer<float>(backend, rows_);
-    block.attn_normed = ComputeBuffer(backend, compute_, rows_ * d);
-    block.query = ComputeBuffer(backend, compute_, rows_ * query_width);
-    block.key = ComputeBuffer(backend, compute_, rows_ * kv_width);
-    block.value = ComputeBuffer(backend, compute_, rows_ * kv_width);
-    block.context = ComputeBuffer(backend, compute_, rows_ * query_width);
-    block.logsumexp = Buffer<float>(backend, rows_ * heads);
-    block.mid = ComputeBuffer(backend, compute_, rows_ * d);
-    block.mlp_inverse_rms = Buffer<float>(backend, rows_);
-    block.mlp_normed = ComputeBuffer(backend, compute_, rows_ * d);
-    block.gate = ComputeBuffer(backend, compute_, rows_ * ffn);
-    block.up = ComputeBuffer(backend, compute_, rows_ * ffn);
-    block.hidden = ComputeBuffer(backend, compute_, rows_ * ffn);
+    block.block_input = compute_buffer(stream * d);
+    block.attn_inverse_rms = buffer(stream, float{});
+    block.attn_normed = compute_buffer(stream * d);
+    block.query = compute_buffer(rows_ * query_width);
+    block.key = compute_buffer(rows_ * kv_width);
+    block.value = compute_buffer(rows_ * kv_width);
+    block.context = compute_buffer(rows_ * query_width);
+    block.logsumexp = buffer(rows_ * heads, float{});
+    block.mid = compute_buffer(stream * d);
+    block.mlp_inverse_rms = buffer(stream, float{});
+    block.mlp_normed = compute_buffer(stream * d);
+    block.gate = compute_buffer(rows_ * ffn);
+    block.up = compute_buffer(rows_ * ffn);
+    block.hidden = compute_buffer(rows_ * ffn);
   }
-  stream_ = ComputeBuffer(backend, compute_, rows_ * d);
-  branch_ = ComputeBuffer(backend, compute_, rows_ * d);
-  final_inverse_rms_ = Buffer<float>(backend, rows_);
-  final_normed_ = ComputeBuffer(backend, compute_, rows_ * d);
-  logits_ = Buffer<float>(backend, chunk_rows_ * vocab);
-  if (compute_ != DType::f32) logits_grad_ = ComputeBuffer(backend, compute_, chunk_rows_ * vocab);
-  stream_grad_ = ComputeBuffer(backend, compute_, rows_ * d);
-  normed_grad_ = ComputeBuffer(backend, compute_, rows_ * d);
-  context_grad_ = ComputeBuffer(backend, compute_, rows_ * query_width);
-  query_grad_ = ComputeBuffer(backend, compute_, rows_ * query_width);
-  key_grad_ = ComputeBuffer(backend, compute_, rows_ * kv_width);
-  value_grad_ = ComputeBuffer(backend, compute_, rows_ * kv_width);
-  hidden_grad_ = ComputeBuffer(backend, compute_, rows_ * ffn);
-  gate_grad_ = ComputeBuffer(backend, compute_, rows_ * ffn);
-  up_grad_ = ComputeBuffer(backend, compute_, rows_ * ffn);
+  stream_ = compute_buffer(stream * d);
+  branch_ = compute_buffer(stream * d);
+  final_inverse_rms_ = buffer(stream, float{});
+  final_normed_ = compute_buffer(stream * d);
+  logits_ = buffer(chunk_rows_ * vocab, float{});
+  if (compute_ != DType::f32) logits_grad_ = compute_buffer(chunk_rows_ * vocab);
+  if (tensor_parallel()) {
+    if (sequence_parallel_) {
+      gathered_ = compute_buffer(rows_ * d);
+      reduced_ = buffer(stream * d, float{});
+    }
+    embedded_ = compute_buffer(rows_ * d);
+    partial_ = buffer(rows_ * d, float{});
+    ce_maxima_ = buffer(ranks * chunk_rows_, float{});
+    ce_normalizers_ = buffer(ranks * chunk_rows_, float{});
+    ce_targets_ = buffer(ranks * chunk_rows_, float{});
+    ce_row_stats_ = buffer(chunk_rows_, float{});
+    ce_row_targets_ = buffer(chunk_rows_, float{});
+  }
+  stream_grad_ = compute_buffer(stream * d);
+  normed_grad_ = compute_buffer(stream * d);
+  context_grad_ = compute_buffer(rows_ * query_width);
+  query_grad_ = compute_buffer(rows_ * query_width);
+  key_grad_ = compute_buffer(rows_ * kv_width);
+  value_grad_ = compute_buffer(rows_ * kv_width);
+  hidden_grad_ = compute_buffer(rows_ * ffn);
+  gate_grad_ = compute_buffer(rows_ * ffn);
+  up_grad_ = compute_buffer(rows_ * ffn);
+}
+
+std::int64_t DecoderModel::activation_bytes_per_layer() const {
+  if (blocks_.empty()) return 0;
+  const BlockActivations& block = blocks_.front();
+  std::int64_t bytes = 0;
+  for (const ComputeBuffer* buffer : {&block.block_input, &block.attn_normed, &block.query, &block.key, &block.value,
+                                      &block.context, &block.mid, &block.mlp_normed, &block.gate, &block.up,
+                                      &block.hidden}) {
+    bytes += buffer->size() * dtype_bytes(buffer->dtype());
+  }
+  for (const Buffer<float>* buffer : {&block.attn_inverse_rms, &block.logsumexp, &block.mlp_inverse_rms}) {
+    bytes += buffer->bytes();
+  }
+  return bytes;
 }
 
 const void* DecoderModel::weight_at(const void* weights, std::int64_t tensor_index) const {
@@ -123,7 +178,7 @@ void DecoderModel::linear_forward(const void* weights, const Linear& linear, con
 
 void DecoderModel::linear_backward(const void* weights, const Linear& linear, const void* input,
                                    const void* output_grad, void* input_grad, bool accumulate,
-                                   float* main_grads) {
+                                   float* main_grads, DType input_grad_dtype) {
   GemmParams data_grad;  // [rows, in] (+)= [rows, out] x [out, in]
   data_grad.m = rows_;
   data_grad.n = linear.in;
@@ -131,7 +186,7 @@ void DecoderModel::linear_backward(const void* weights, const Linear& linear, co
   data_grad.a = GemmOperand{output_grad, compute_, Transpose::no};
   data_grad.b = GemmOperand{weight_at(weights, linear.weight), compute_, Transpose::no};
   data_grad.c = input_grad;
-  data_grad.c_dtype = compute_;
+  data_grad.c_dtype = input_grad_dtype;
   data_grad.beta = accumulate ? 1.0f : 0.0f;
   backend_.gemm(data_grad);
 
@@ -151,35 +206,96 @@ void DecoderModel::linear_backward(const void* weights, const Linear& linear, co
   }
 }
 
+const void* DecoderModel::whole_rows(const void* stream_part) {
+  if (!sequence_parallel_) return stream_part;
+  const std::int64_t d = config_.hidden_size;
+  tp_->all_gather(stream_part, gathered_.data(), stream_rows_ * d * dtype_bytes(compute_));
+  return gathered_.data();
+}
+
+// `sums` is 1 but for StepHooks::row_parallel_sums' negative controls (0: this rank's own part of
+// the sum; 2: the sum summed again).
+void DecoderModel::reduce_partial_into(void* output, int sums) {
+  const std::int64_t d = config_.hidden_size;
+  for (int extra = 1; extra < sums; ++extra) tp_->all_reduce(partial_.data(), rows_ * d);
+  if (sums == 0) {
+    const std::int64_t first = sequence_parallel_ ? tp_->rank() * stream_rows_ * d : 0;
+    backend_.convert(ConvertParams{partial_.at(first), output, stream_rows_ * d, DType::f32, compute_});
+    return;
+  }
+  if (sequence_parallel_) {
+    tp_->reduce_scatter(partial_.data(), reduced_.data(), rows_ * d);
+    backend_.convert(ConvertParams{reduced_.data(), output, stream_rows_ * d, DType::f32, compute_});
+  } else {
+    tp_->all_reduce(partial_.data(), rows_ * d);
+    backend_.convert(ConvertParams{partial_.data(), output, rows_ * d, DType::f32, compute_});
+  }
+}
+
+void DecoderModel::row_parallel_forward(const void* weights, const Linear& linear, const void* input, void* output) {
+  if (!tensor_parallel()) return linear_forward(weights, linear, input, output);
+  GemmParams gemm;  // [rows, out] fp32 partial = [rows, in / TP] x [out, in / TP]^T
+  gemm.m = rows_;
+  gemm.n = linear.out;
+  gemm.k = linear.in;
+  gemm.a = GemmOperand{input, compute_, Transpose::no};
+  gemm.b = GemmOperand{weight_at(weights, linear.weight), compute_, Transpose::yes};
+  gemm.c = partial_.data();
+  gemm.c_dtype = DType::f32;
+  backend_.gemm(gemm);
+  reduce_partial_into(output, step_hooks_ ? step_hooks_->row_parallel_sums() : 1);  // StepHooks point
+  if (linear.bias >= 0) {  // replicated: added once, after the sum
+    backend_.bias_add(BiasAddParams{output, weight_at(weights, linear.bias), stream_rows_, linear.out, compute_});
+  }
+}
+
+void DecoderModel::embed(const void* weights) {
+  const std::int64_t d = config_.hidden_size;
+  const void* table = weight_at(weights, layout_.embedding);
+  if (!tensor_parallel()) {
+    backend_.embedding_forward(EmbeddingForwardParams{tokens_.data(), table, stream_.data(), rows_, d, compute_});
+    return;
+  }
+  // This rank's vocabulary rows (zeros for the others' tokens); the sum over TP is exact (one
+  // term per position is not zero).
+  EmbeddingForwardParams lookup{tokens_.data(), table, embedded_.data(), rows_, d, compute_};
+  lookup.vocab_begin = vocab_begin_;
+  lookup.vocab_rows = vocab_;
+  backend_.embedding_forward(lookup);
+  backend_.convert(ConvertParams{embedded_.data(), partial_.data(), rows_ * d, compute_, DType::f32});
+  reduce_partial_into(stream_.data());
+}
+
 void DecoderModel::forward(const void* weights) {
   const std::int64_t d = config_.hidden_size;
   const std::int64_t hd = config_.head_dim();
-  const std::int64_t heads = config_.num_attention_heads;
-  const std::int64_t groups = config_.num_query_groups;
+  const std::int64_t heads = heads_;
+  const std::int64_t groups = groups_;
   const std::int64_t query_width = heads * hd;
-  const std::int64_t kv_width = config_.kv_width();
-  const std::int64_t ffn = config_.ffn_hidden_size;
+  const std::int64_t kv_width = groups * hd;
+  const std::int64_t ffn = ffn_;
+  const std::int64_t stream = stream_rows_;
   const AttentionShape attention{micro_batch_size_, seq_, heads, groups, hd};
 
   backend_.rope_table(RopeTableParams{positions_.data(), rope_cosines_.data(), rope_sines_.data(),
                                       rows_, hd, config_.rotary_base});
   before_weights(embedding_span());
-  backend_.embedding_forward(EmbeddingForwardParams{tokens_.data(), weight_at(weights, layout_.embedding),
-                                                    stream_.data(), rows_, d, compute_});
+  embed(weights);
 
   for (std::size_t layer = 0; layer < blocks_.size(); ++layer) {
     const LayerTensorIndices& index = layout_.layers[layer];
     BlockActivations& block = blocks_[layer];
     before_weights(layer_span(layer));
-    backend_.copy(block.block_input.data(), stream_.data(), rows_ * d * dtype_bytes(compute_));
+    backend_.copy(block.block_input.data(), stream_.data(), stream * d * dtype_bytes(compute_));
 
     // RMSNorm -> attention -> residual add.
     backend_.rmsnorm_forward(RmsnormForwardParams{block.block_input.data(), weight_at(weights, index.input_norm),
                                                   block.attn_normed.data(), block.attn_inverse_rms.data(),
-                                                  rows_, d, epsilon_, compute_});
-    linear_forward(weights, Linear{index.q_weight, index.q_bias, d, query_width}, block.attn_normed.data(), block.query.data());
-    linear_forward(weights, Linear{index.k_weight, index.k_bias, d, kv_width}, block.attn_normed.data(), block.key.data());
-    linear_forward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, block.attn_normed.data(), block.value.data());
+                                                  stream, d, epsilon_, compute_});
+    const void* attention_input = whole_rows(block.attn_normed.data());  // [rows, d]
+    linear_forward(weights, Linear{index.q_weight, index.q_bias, d, query_width}, attention_input, block.query.data());
+    linear_forward(weights, Linear{index.k_weight, index.k_bias, d, kv_width}, attention_input, block.key.data());
+    linear_forward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, attention_input, block.value.data());
     backend_.rope_forward(RopeParams{block.query.data(), rope_cosines_.data(), rope_sines_.data(), rows_, heads, hd, compute_});
     backend_.rope_forward(RopeParams{block.key.data(), rope_cosines_.data(), rope_sines_.data(), rows_, groups, hd, compute_});
     AttentionForwardParams attend;
@@ -193,48 +309,32 @@ void DecoderModel::forward(const void* weights) {
     attend.scale = attention_scale_;
     attend.dtype = compute_;
     backend_.attention_forward(attend);
-    linear_forward(weights, Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), branch_.data());
-    backend_.add(AddParams{block.block_input.data(), branch_.data(), block.mid.data(), rows_ * d, compute_});
+    row_parallel_forward(weights, Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), branch_.data());
+    backend_.add(AddParams{block.block_input.data(), branch_.data(), block.mid.data(), stream * d, compute_});
 
     // RMSNorm -> SwiGLU MLP -> residual add.
     backend_.rmsnorm_forward(RmsnormForwardParams{block.mid.data(), weight_at(weights, index.post_norm),
                                                   block.mlp_normed.data(), block.mlp_inverse_rms.data(),
-                                                  rows_, d, epsilon_, compute_});
-    linear_forward(weights, Linear{index.gate_weight, index.gate_bias, d, ffn}, block.mlp_normed.data(), block.gate.data());
-    linear_forward(weights, Linear{index.up_weight, index.up_bias, d, ffn}, block.mlp_normed.data(), block.up.data());
+                                                  stream, d, epsilon_, compute_});
+    const void* mlp_input = whole_rows(block.mlp_normed.data());  // [rows, d]
+    linear_forward(weights, Linear{index.gate_weight, index.gate_bias, d, ffn}, mlp_input, block.gate.data());
+    linear_forward(weights, Linear{index.up_weight, index.up_bias, d, ffn}, mlp_input, block.up.data());
     backend_.swiglu_forward(SwigluForwardParams{block.gate.data(), block.up.data(), block.hidden.data(), rows_ * ffn, compute_});
-    linear_forward(weights, Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), branch_.data());
-    backend_.add(AddParams{block.mid.data(), branch_.data(), stream_.data(), rows_ * d, compute_});
+    row_parallel_forward(weights, Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), branch_.data());
+    backend_.add(AddParams{block.mid.data(), branch_.data(), stream_.data(), stream * d, compute_});
   }
 
   before_weights(tail_span());
   backend_.rmsnorm_forward(RmsnormForwardParams{stream_.data(), weight_at(weights, layout_.final_norm),
-                                                final_normed_.data(), final_inverse_rms_.data(), rows_,
+                                                final_normed_.data(), final_inverse_rms_.data(), stream,
                                                 d, epsilon_, compute_});
 }
 
-void DecoderModel::loss_and_output_backward(const void* weights, float loss_scale,
-                                            float* main_grads, float* row_losses) {
-  const std::int64_t d = config_.hidden_size;
-  const std::int64_t vocab = config_.padded_vocab_size;
-  const void* output_weight = weight_at(weights, layout_.output);  // [V, d]
-  // main_grads == nullptr: loss only (forward_loss); the kernel stores no gradient.
-  const bool loss_only = main_grads == nullptr;
-  void* logits_grad = loss_only                ? nullptr
-                      : compute_ == DType::f32 ? static_cast<void*>(logits_.data())
-                                               : logits_grad_.data();
-  for (std::int64_t first = 0; first < rows_; first += chunk_rows_) {
-    const std::int64_t chunk = std::min(chunk_rows_, rows_ - first);
-    GemmParams logits;  // [chunk, V] fp32 = [chunk, d] x [V, d]^T
-    logits.m = chunk;
-    logits.n = vocab;
-    logits.k = d;
-    logits.a = GemmOperand{final_normed_.at(first * d), compute_, Transpose::no};
-    logits.b = GemmOperand{output_weight, compute_, Transpose::yes};
-    logits.c = logits_.data();
-    logits.c_dtype = DType::f32;  // SPEC 5: logits in fp32 at least
-    backend_.gemm(logits);
+const void* DecoderModel::output_projection_input() { return whole_rows(final_normed_.data()); }
 
+void DecoderModel::chunk_cross_entropy(std::int64_t first, std::int64_t chunk, float loss_scale, void* logits_grad,
+                                       float* row_losses) {
+  if (!tensor_parallel()) {
     CrossEntropyParams loss;
     loss.logits = logits_.data();
     loss.labels = labels_.at(first);
@@ -242,10 +342,76 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
     loss.row_losses = row_losses + first;
     loss.logits_grad = logits_grad;
     loss.rows = chunk;
-    loss.vocab = vocab;
+    loss.vocab = vocab_;
     loss.loss_scale = loss_scale;
     loss.grad_dtype = compute_;
     backend_.cross_entropy(loss);
+    return;
+  }
+  // Megatron's vocabulary-parallel cross-entropy: the maxima, then the normalizers and the label
+  // logits, all-gathered over TP; the full logits never exist (cross_entropy.hpp).
+  VocabParallelCrossEntropyParams loss;
+  loss.logits = logits_.data();
+  loss.labels = labels_.at(first);
+  loss.loss_mask = loss_mask_.at(first);
+  loss.rows = chunk;
+  loss.vocab = vocab_;
+  loss.vocab_begin = vocab_begin_;
+  loss.ranks = tp_->size();
+  loss.maxima = ce_maxima_.data();
+  loss.normalizers = ce_normalizers_.data();
+  loss.targets = ce_targets_.data();
+  const std::int64_t bytes = chunk * static_cast<std::int64_t>(sizeof(float));
+  loss.phase = VocabParallelPhase::local_max;
+  loss.row_stats = ce_row_stats_.data();
+  backend_.vocab_parallel_cross_entropy(loss);
+  tp_->all_gather(ce_row_stats_.data(), ce_maxima_.data(), bytes);
+  loss.phase = VocabParallelPhase::local_sums;
+  loss.row_targets = ce_row_targets_.data();
+  backend_.vocab_parallel_cross_entropy(loss);
+  tp_->all_gather(ce_row_stats_.data(), ce_normalizers_.data(), bytes);
+  tp_->all_gather(ce_row_targets_.data(), ce_targets_.data(), bytes);
+  if (step_hooks_ != nullptr && !step_hooks_->normalizes_over_whole_vocabulary()) {  // StepHooks point
+    // Negative control: the normalizer of this rank's part alone (the others' parts as 0).
+    backend_.fill_zero(ce_normalizers_.data(), loss.ranks * bytes);
+    backend_.copy(ce_normalizers_.data(), ce_row_stats_.data(), bytes);
+  }
+  loss.phase = VocabParallelPhase::finish;
+  loss.row_losses = row_losses + first;
+  loss.logits_grad = logits_grad;
+  loss.loss_scale = loss_scale;
+  loss.grad_dtype = compute_;
+  backend_.vocab_parallel_cross_entropy(loss);
+}
+
+void DecoderModel::loss_and_output_backward(const void* weights, float loss_scale,
+                                            float* main_grads, float* row_losses) {
+  const std::int64_t d = config_.hidden_size;
+  const std::int64_t vocab = vocab_;
+  const void* output_weight = weight_at(weights, layout_.output);  // [V, d]
+  const void* input = output_projection_input();                   // [rows, d]
+  // main_grads == nullptr: loss only (forward_loss); the kernel stores no gradient.
+  const bool loss_only = main_grads == nullptr;
+  void* logits_grad = loss_only                ? nullptr
+                      : compute_ == DType::f32 ? static_cast<void*>(logits_.data())
+                                               : logits_grad_.data();
+  // The output projection's input gradient: into normed_grad_ directly, or with TP into the fp32
+  // partial of its sum over the vocabulary parts.
+  const bool tp = tensor_parallel();
+  for (std::int64_t first = 0; first < rows_; first += chunk_rows_) {
+    const std::int64_t chunk = std::min(chunk_rows_, rows_ - first);
+    const void* chunk_input = static_cast<const std::uint8_t*>(input) + first * d * dtype_bytes(compute_);
+    GemmParams logits;  // [chunk, V] fp32 = [chunk, d] x [V, d]^T
+    logits.m = chunk;
+    logits.n = vocab;
+    logits.k = d;
+    logits.a = GemmOperand{chunk_input, compute_, Transpose::no};
+    logits.b = GemmOperand{output_weight, compute_, Transpose::yes};
+    logits.c = logits_.data();
+    logits.c_dtype = DType::f32;  // SPEC 5: logits in fp32 at least
+    backend_.gemm(logits);
+
+    chunk_cross_entropy(first, chunk, loss_scale, logits_grad, row_losses);
     if (loss_only) continue;
 
     GemmParams data_grad;  // [chunk, d] = [chunk, V] x [V, d]
@@ -254,8 +420,8 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
     data_grad.k = vocab;
     data_grad.a = GemmOperand{logits_grad, compute_, Transpose::no};
     data_grad.b = GemmOperand{output_weight, compute_, Transpose::no};
-    data_grad.c = normed_grad_.at(first * d);
-    data_grad.c_dtype = compute_;
+    data_grad.c = tp ? static_cast<void*>(partial_.at(first * d)) : normed_grad_.at(first * d);
+    data_grad.c_dtype = tp ? DType::f32 : compute_;
     backend_.gemm(data_grad);
 
     GemmParams weight_grad;  // [V, d] += [chunk, V]^T x [chunk, d]
@@ -263,22 +429,25 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
     weight_grad.n = d;
     weight_grad.k = chunk;
     weight_grad.a = GemmOperand{logits_grad, compute_, Transpose::yes};
-    weight_grad.b = GemmOperand{final_normed_.at(first * d), compute_, Transpose::no};
+    weight_grad.b = GemmOperand{chunk_input, compute_, Transpose::no};
     weight_grad.c = main_grads + layout_.tensor(layout_.output).offset;
     weight_grad.c_dtype = DType::f32;
     weight_grad.beta = 1.0f;
     backend_.gemm(weight_grad);
   }
+  if (tp && !loss_only) reduce_partial_into(normed_grad_.data());
 }
 
 void DecoderModel::backward(const void* weights, float* main_grads) {
   const std::int64_t d = config_.hidden_size;
   const std::int64_t hd = config_.head_dim();
-  const std::int64_t heads = config_.num_attention_heads;
-  const std::int64_t groups = config_.num_query_groups;
+  const std::int64_t heads = heads_;
+  const std::int64_t groups = groups_;
   const std::int64_t query_width = heads * hd;
-  const std::int64_t kv_width = config_.kv_width();
-  const std::int64_t ffn = config_.ffn_hidden_size;
+  const std::int64_t kv_width = groups * hd;
+  const std::int64_t ffn = ffn_;
+  const std::int64_t stream = stream_rows_;
+  const bool tp = tensor_parallel();
   const AttentionShape attention{micro_batch_size_, seq_, heads, groups, hd};
   auto rmsnorm_backward = [&](const void* input, std::int64_t weight, const float* inverse_rms,
                               bool accumulate) {
@@ -289,11 +458,46 @@ void DecoderModel::backward(const void* weights, float* main_grads) {
     norm.output_grad = normed_grad_.data();
     norm.input_grad = stream_grad_.data();
     norm.weight_grad = main_grads + layout_.tensor(weight).offset;
-    norm.rows = rows_;
+    norm.rows = stream;
     norm.width = d;
     norm.accumulate_input_grad = accumulate;
     norm.dtype = compute_;
     backend_.rmsnorm_backward(norm);
+  };
+  // A row-parallel layer's backward: the output gradient's whole rows (gathered with SP) for the
+  // input and weight gradients; a replicated bias's gradient from this rank's stream rows (partial
+  // with SP, summed over TP by the trainer).
+  auto row_parallel_backward = [&](const Linear& linear, const void* input, void* input_grad) {
+    if (!tp) {
+      linear_backward(weights, linear, input, stream_grad_.data(), input_grad, false, main_grads);
+      return;
+    }
+    const Linear weight_only{linear.weight, -1, linear.in, linear.out};
+    linear_backward(weights, weight_only, input, whole_rows(stream_grad_.data()), input_grad, false, main_grads);
+    if (linear.bias >= 0) {
+      backend_.bias_grad(BiasGradParams{stream_grad_.data(), main_grads + layout_.tensor(linear.bias).offset,
+                                        stream, linear.out, compute_});
+    }
+  };
+  // Column-parallel layers sharing one input (q, k, v; gate, up): their input gradients summed
+  // into normed_grad_ (with TP: in the fp32 partial, then over TP) and their weight gradients.
+  struct ColumnGrad {
+    Linear linear;
+    const void* output_grad;
+  };
+  auto column_parallel_backward = [&](const void* stream_input, std::initializer_list<ColumnGrad> layers) {
+    const void* input = tp ? whole_rows(stream_input) : stream_input;  // [rows, d]
+    bool accumulate = false;
+    for (const ColumnGrad& layer : layers) {
+      if (tp) {
+        linear_backward(weights, layer.linear, input, layer.output_grad, partial_.data(), accumulate, main_grads,
+                        DType::f32);
+      } else {
+        linear_backward(weights, layer.linear, input, layer.output_grad, normed_grad_.data(), accumulate, main_grads);
+      }
+      accumulate = true;
+    }
+    if (tp) reduce_partial_into(normed_grad_.data());
   };
 
   // Final norm: normed_grad holds the output projection's input gradient.
@@ -305,19 +509,16 @@ void DecoderModel::backward(const void* weights, float* main_grads) {
     BlockActivations& block = blocks_[layer];
 
     // MLP branch: stream = mid + down(silu(gate) * up); stream_grad flows to mid unchanged.
-    linear_backward(weights, Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(),
-                    stream_grad_.data(), hidden_grad_.data(), false, main_grads);
+    row_parallel_backward(Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), hidden_grad_.data());
     backend_.swiglu_backward(SwigluBackwardParams{block.gate.data(), block.up.data(), hidden_grad_.data(),
                                                   gate_grad_.data(), up_grad_.data(), rows_ * ffn, compute_});
-    linear_backward(weights, Linear{index.gate_weight, index.gate_bias, d, ffn}, block.mlp_normed.data(),
-                    gate_grad_.data(), normed_grad_.data(), false, main_grads);
-    linear_backward(weights, Linear{index.up_weight, index.up_bias, d, ffn}, block.mlp_normed.data(),
-                    up_grad_.data(), normed_grad_.data(), true, main_grads);
+    column_parallel_backward(block.mlp_normed.data(),
+                             {ColumnGrad{Linear{index.gate_weight, index.gate_bias, d, ffn}, gate_grad_.data()},
+                              ColumnGrad{Linear{index.up_weight, index.up_bias, d, ffn}, up_grad_.data()}});
     rmsnorm_backward(block.mid.data(), index.post_norm, block.mlp_inverse_rms.data(), true);
 
     // Attention branch: mid = block_input + o(attention(rope(q), rope(k), v)).
-    linear_backward(weights, Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(),
-                    stream_grad_.data(), context_grad_.data(), false, main_grads);
+    row_parallel_backward(Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), context_grad_.data());
     AttentionBackwardParams attend;
     attend.query = block.query.data();
     attend.key = block.key.data();
@@ -335,20 +536,21 @@ void DecoderModel::backward(const void* weights, float* main_grads) {
     backend_.attention_backward(attend);
     backend_.rope_backward(RopeParams{query_grad_.data(), rope_cosines_.data(), rope_sines_.data(), rows_, heads, hd, compute_});
     backend_.rope_backward(RopeParams{key_grad_.data(), rope_cosines_.data(), rope_sines_.data(), rows_, groups, hd, compute_});
-    linear_backward(weights, Linear{index.q_weight, index.q_bias, d, query_width}, block.attn_normed.data(),
-                    query_grad_.data(), normed_grad_.data(), false, main_grads);
-    linear_backward(weights, Linear{index.k_weight, index.k_bias, d, kv_width}, block.attn_normed.data(),
-                    key_grad_.data(), normed_grad_.data(), true, main_grads);
-    linear_backward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, block.attn_normed.data(),
-                    value_grad_.data(), normed_grad_.data(), true, main_grads);
+    column_parallel_backward(block.attn_normed.data(),
+                             {ColumnGrad{Linear{index.q_weight, index.q_bias, d, query_width}, query_grad_.data()},
+                              ColumnGrad{Linear{index.k_weight, index.k_bias, d, kv_width}, key_grad_.data()},
+                              ColumnGrad{Linear{index.v_weight, index.v_bias, d, kv_width}, value_grad_.data()}});
     rmsnorm_backward(block.block_input.data(), index.input_norm, block.attn_inverse_rms.data(), true);
     gradients_done(layer_span(layer));
   }
 
-  // Embedding (and, when tied, the same tensor as the output projection: SPEC 4).
-  backend_.embedding_backward(EmbeddingBackwardParams{tokens_.data(), stream_grad_.data(),
-                                                      main_grads + layout_.tensor(layout_.embedding).offset,
-                                                      rows_, d, config_.padded_vocab_size, compute_});
+  // Embedding (and, when tied, the same tensor as the output projection: SPEC 4); with TP this
+  // rank's vocabulary rows, from the whole rows of the stream's gradient.
+  EmbeddingBackwardParams embedding{tokens_.data(), whole_rows(stream_grad_.data()),
+                                    main_grads + layout_.tensor(layout_.embedding).offset,
+                                    rows_, d, vocab_, compute_};
+  embedding.vocab_begin = vocab_begin_;
+  backend_.embedding_backward(embedding);
   gradients_done(embedding_span());
 }
 

@@ -2,6 +2,19 @@
 // cross-entropy and backward, adding fp32 weight gradients into the main-gradient buffer. The
 // same computation as reference/model.cpp, batched over the microbatch's samples (rows =
 // mbs x seq), with activations in the compute dtype and every GEMM accumulating in fp32.
+//
+// Tensor parallelism (DecoderOptions::tensor_parallel; production/tensor_parallel.hpp): this
+// rank's blocks of the weights, Megatron's column- and row-parallel layers, the vocabulary-
+// parallel embedding and cross-entropy, and the exchanges of tensor_parallel_comm.hpp:
+//   - without sequence parallelism the residual stream and the norms are whole on every TP rank
+//     (computed alike, bit for bit); the row-parallel outputs and the column-parallel input
+//     gradients are summed over TP (all-reduce);
+//   - with --sequence-parallel the residual stream, the norms and the residual adds hold this
+//     rank's part of the rows (rows / TP consecutive rows: with mbs 1 exactly Megatron's s / TP
+//     positions); a column-parallel layer all-gathers its input (again in backward, for its
+//     weight gradient: only the part is kept), a row-parallel layer reduce-scatters its output,
+//     and the backward does the reverse. The replicated weights' gradients (norms, row-parallel
+//     biases) are then partial per rank: the trainer sums them over TP.
 #pragma once
 
 #include <cstdint>
@@ -12,22 +25,26 @@
 #include "core/data/sample.hpp"
 #include "core/model_layout.hpp"
 #include "production/backend.hpp"
+#include "production/step_hooks.hpp"
+#include "production/tensor_parallel.hpp"
+#include "production/tensor_parallel_comm.hpp"
 
 namespace tandem::production {
 
-// What one block's forward keeps for its backward (rows = mbs x seq).
+// What one block's forward keeps for its backward (rows = mbs x seq; stream rows = rows, or
+// rows / TP with sequence parallelism; H, G, F: this TP rank's heads, groups, hidden units).
 struct BlockActivations {
-  ComputeBuffer block_input;    // [rows, d] residual stream entering the block
-  Buffer<float> attn_inverse_rms;  // [rows]
-  ComputeBuffer attn_normed;    // [rows, d]
+  ComputeBuffer block_input;    // [stream rows, d] residual stream entering the block
+  Buffer<float> attn_inverse_rms;  // [stream rows]
+  ComputeBuffer attn_normed;    // [stream rows, d]
   ComputeBuffer query;          // [rows, H*hd] after RoPE
   ComputeBuffer key;            // [rows, G*hd] after RoPE
   ComputeBuffer value;          // [rows, G*hd]
   ComputeBuffer context;        // [rows, H*hd] attention output
   Buffer<float> logsumexp;      // [rows, H]
-  ComputeBuffer mid;            // [rows, d] after the attention residual add
-  Buffer<float> mlp_inverse_rms;  // [rows]
-  ComputeBuffer mlp_normed;     // [rows, d]
+  ComputeBuffer mid;            // [stream rows, d] after the attention residual add
+  Buffer<float> mlp_inverse_rms;  // [stream rows]
+  ComputeBuffer mlp_normed;     // [stream rows, d]
   ComputeBuffer gate;           // [rows, F]
   ComputeBuffer up;             // [rows, F]
   ComputeBuffer hidden;         // [rows, F] silu(gate) * up
@@ -39,6 +56,14 @@ struct DecoderOptions {
   // kLogitsChunkBytes (the full microbatch for small vocabularies).
   std::int64_t logits_chunk_rows = 0;
   DType compute = DType::f32;
+  // Tensor parallelism: this rank's split and its TP group's exchanges (both null: TP = 1; both
+  // must outlive the model), and Megatron's --sequence-parallel.
+  const TensorParallelLayout* tensor_parallel = nullptr;
+  TensorParallelComm* tensor_parallel_comm = nullptr;
+  bool sequence_parallel = false;
+  // The trainer's hook points (step_hooks.hpp) for tensor parallelism's negative controls; null:
+  // the identity.
+  const StepHooks* hooks = nullptr;
 };
 
 // Where the trainer's overlap (trainer.hpp) meets the model: flat ranges [begin, end) of the
@@ -76,6 +101,10 @@ class DecoderModel {
 
   std::int64_t rows() const { return rows_; }
   std::int64_t logits_chunk_rows() const { return chunk_rows_; }
+  // Bytes of backend memory the model keeps from a layer's forward for its backward (one
+  // BlockActivations), and in all (activations, inputs, scratch): docs/PRODUCTION.md "Memory".
+  std::int64_t activation_bytes_per_layer() const;
+  std::int64_t allocated_bytes() const { return allocated_bytes_; }
 
  private:
   void upload_inputs(const std::vector<Sample>& samples);
@@ -93,10 +122,33 @@ class DecoderModel {
     std::int64_t out = 0;
   };
   void linear_forward(const void* weights, const Linear& linear, const void* input, void* output);
-  // input_grad = (accumulate ? input_grad : 0) + output_grad W; W and b gradients += into main.
+  // input_grad = (accumulate ? input_grad : 0) + output_grad W (in input_grad_dtype); W and b
+  // gradients += into main. The bias gradient sums `bias_rows` rows of `bias_output_grad`.
   void linear_backward(const void* weights, const Linear& linear, const void* input,
                        const void* output_grad, void* input_grad, bool accumulate,
-                       float* main_grads);
+                       float* main_grads, DType input_grad_dtype);
+  void linear_backward(const void* weights, const Linear& linear, const void* input,
+                       const void* output_grad, void* input_grad, bool accumulate, float* main_grads) {
+    linear_backward(weights, linear, input, output_grad, input_grad, accumulate, main_grads, compute_);
+  }
+
+  // Tensor parallelism (tp_ > 1; the class comment).
+  bool tensor_parallel() const { return tp_ != nullptr && tp_->size() > 1; }
+  // The whole rows of a stream-rows tensor [stream rows, d] for a column-parallel layer: the
+  // tensor itself, or (sequence parallel) its parts all-gathered into gathered_.
+  const void* whole_rows(const void* stream_part);
+  // fp32 partial_ [rows, d] summed over TP into `output` [stream rows, d] (compute dtype):
+  // reduce-scattered with sequence parallelism, else all-reduced.
+  void reduce_partial_into(void* output, int sums = 1);
+  // A row-parallel layer's forward: output [stream rows, d] = sum over TP of input W^T (+ b).
+  void row_parallel_forward(const void* weights, const Linear& linear, const void* input, void* output);
+  // The embedding's forward into stream_ (vocabulary-parallel with TP).
+  void embed(const void* weights);
+  // The output projection's input [rows, d] from final_normed_ (gathered with SP).
+  const void* output_projection_input();
+  // The fused or vocabulary-parallel cross-entropy of one chunk of logits_.
+  void chunk_cross_entropy(std::int64_t first, std::int64_t chunk, float loss_scale, void* logits_grad,
+                           float* row_losses);
   const void* weight_at(const void* weights, std::int64_t tensor_index) const;
   // The hooks' ranges: the embedding, layer `layer`, and the tail (final norm onwards).
   struct FlatSpan {
@@ -115,12 +167,22 @@ class DecoderModel {
 
   ModelHooks hooks_;
   ModelConfig config_;
+  TensorParallelComm* tp_ = nullptr;
+  bool sequence_parallel_ = false;
+  const StepHooks* step_hooks_ = nullptr;
+  std::int64_t heads_ = 0;        // this rank's query heads
+  std::int64_t groups_ = 0;       // its key/value groups
+  std::int64_t ffn_ = 0;          // its MLP hidden units
+  std::int64_t vocab_ = 0;        // its vocabulary rows
+  std::int64_t vocab_begin_ = 0;  // its first
+  std::int64_t stream_rows_ = 0;  // rows of the residual stream on this rank
+  std::int64_t allocated_bytes_ = 0;
   ModelLayout layout_;  // a copy: the model never dangles when its owner moves
   Backend& backend_;
   DType compute_;
   std::int64_t micro_batch_size_ = 1;
   std::int64_t seq_ = 0;
-  std::int64_t rows_ = 0;        // mbs x seq
+  std::int64_t rows_ = 0;        // mbs x seq (every position of the microbatch)
   std::int64_t chunk_rows_ = 0;  // fused cross-entropy chunk
   float epsilon_ = 0.0f;         // --norm-epsilon as fp32
   float attention_scale_ = 0.0f; // 1/sqrt(hd) as fp32
@@ -135,16 +197,27 @@ class DecoderModel {
   Buffer<float> rope_sines_;              // [rows, hd/2]
 
   std::vector<BlockActivations> blocks_;  // [L]
-  ComputeBuffer stream_;                  // [rows, d] residual stream (final norm's input)
-  ComputeBuffer branch_;                  // [rows, d] o_proj / down_proj output before the add
-  Buffer<float> final_inverse_rms_;       // [rows]
-  ComputeBuffer final_normed_;            // [rows, d]
-  Buffer<float> logits_;                  // [chunk, V] fp32
+  ComputeBuffer stream_;                  // [stream rows, d] residual stream (final norm's input)
+  ComputeBuffer branch_;                  // [stream rows, d] o_proj / down_proj output before the add
+  Buffer<float> final_inverse_rms_;       // [stream rows]
+  ComputeBuffer final_normed_;            // [stream rows, d]
+  Buffer<float> logits_;                  // [chunk, V] fp32 (V: this rank's vocabulary rows)
   ComputeBuffer logits_grad_;             // [chunk, V] compute dtype (bf16 only; f32 aliases logits_)
 
+  // Tensor parallelism's scratch (TP > 1).
+  ComputeBuffer gathered_;      // [rows, d] whole rows of a stream tensor (sequence parallel)
+  ComputeBuffer embedded_;      // [rows, d] this rank's part of the embedding's sum
+  Buffer<float> partial_;       // [rows, d] fp32 partial of a sum over TP
+  Buffer<float> reduced_;       // [stream rows, d] fp32 reduce-scatter result (sequence parallel)
+  Buffer<float> ce_maxima_;     // [TP, chunk] the vocabulary-parallel cross-entropy's exchanges
+  Buffer<float> ce_normalizers_;  // [TP, chunk]
+  Buffer<float> ce_targets_;    // [TP, chunk]
+  Buffer<float> ce_row_stats_;  // [chunk]
+  Buffer<float> ce_row_targets_;  // [chunk]
+
   // Backward scratch.
-  ComputeBuffer stream_grad_;   // [rows, d]
-  ComputeBuffer normed_grad_;   // [rows, d]
+  ComputeBuffer stream_grad_;   // [stream rows, d]
+  ComputeBuffer normed_grad_;   // [stream rows, d]
   ComputeBuffer context_grad_;  // [rows, H*hd]
   ComputeBuffer query_grad_;    // [rows, H*hd]
   ComputeBuffer key_grad_;      // [rows, G*hd]

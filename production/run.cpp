@@ -17,6 +17,10 @@
 #include "core/train/run_support.hpp"
 #include "production/checkpointing.hpp"
 #include "production/collectives/collectives.hpp"
+#include "production/collectives/mpi.hpp"
+#include "production/collectives/nccl.hpp"
+#include "production/collectives/staged.hpp"
+#include "core/rank_grid.hpp"
 #include "production/cuda/device.hpp"
 #include "production/trainer.hpp"
 
@@ -29,6 +33,37 @@ Device choose_device(const std::string& requested) {
     return cuda_backend_built() && tandem::cuda::device_count() > 0 ? Device::cuda : Device::cpu;
   }
   throw std::runtime_error("--device " + requested + ": must be cuda or cpu");
+}
+
+RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& parallel) {
+  RankSetup ranks;
+  if (!session.active()) return ranks;
+  const RankGrid grid(parallel);
+  if (grid.world_size() != session.world_size()) {
+    throw std::invalid_argument("the launcher started " + std::to_string(session.world_size()) + " ranks for the grid " +
+                                grid.describe());
+  }
+  ranks.rank = session.rank();
+  ranks.local_rank = session.local_rank();
+  ranks.local_size = session.local_size();
+  // Each group's factory is collective over every rank (MPI_Comm_split), and the Trainer calls
+  // them in the same order on every rank (trainer.hpp).
+  const bool share_devices = ranks.local_size > tandem::cuda::device_count();
+  const auto on_device = [share_devices](Backend& backend, std::shared_ptr<Collectives> host) {
+    if (backend.device() != Device::cuda) return host;
+    return share_devices ? make_host_staged_collectives(backend, std::move(host))
+                         : make_nccl_collectives(backend, std::move(host));
+  };
+  const auto group = [grid, on_device](RankGroupKind kind) -> CollectivesFactory {
+    return [grid, kind, on_device](Backend& backend) {
+      return on_device(backend, make_mpi_group_collectives(grid, kind));
+    };
+  };
+  ranks.collectives = group(RankGroupKind::data);
+  ranks.tensor_parallel = group(RankGroupKind::tensor);
+  ranks.world = [on_device](Backend& backend) { return on_device(backend, make_mpi_collectives()); };
+  ranks.barrier = [&session] { session.barrier(); };
+  return ranks;
 }
 
 RunSummary run_production_training(const RunConfig& config, const TrainOptions& options,
@@ -48,10 +83,24 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   }
   ProductionOptions production;
   production.device = choose_device(options.device);
-  production.device_index = production.device == Device::cuda ? ranks.local_rank : 0;
+  // A node with more ranks than devices puts several ranks on each (their collectives are staged
+  // through host memory: launched_rank_setup); one rank per device otherwise.
+  if (production.device == Device::cuda) {
+    const int devices = tandem::cuda::device_count();
+    production.device_index = devices > 0 ? ranks.local_rank % devices : ranks.local_rank;
+    if (devices > 0 && ranks.local_size > devices && ranks.rank == 0) {
+      out << "note: " << ranks.local_size << " ranks on this node share " << devices
+          << " device(s): their exchanges are staged through host memory over MPI (NCCL refuses two ranks "
+             "on one device); correct, and slower than NCCL\n";
+    }
+  }
   production.collectives = ranks.collectives;
-  production.switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
-  production.switches.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
+  production.tensor_parallel = ranks.tensor_parallel;
+  production.world = ranks.world;
+  FaultSchedule faults;
+  faults.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
+  faults.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
+  production.hooks = make_test_hooks(faults);
   Trainer trainer(config, [source](std::int64_t index) { return source->sample(index); }, production);
 
   std::int64_t resumed_iteration = 0;
@@ -84,9 +133,18 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                          "pair (docs/PRODUCTION.md)"},
                         {"peak_flops_per_second",
                          trainer.backend().peak_flops_per_second(trainer.compute_dtype())}}},
+        {"memory",
+         {{"activation_bytes_per_layer", trainer.model().activation_bytes_per_layer()},
+          {"model_bytes", trainer.model().allocated_bytes()},
+          {"bytes_in_use", trainer.backend().bytes_in_use()},
+          {"convention", "bytes held in this rank's backend buffers (docs/PRODUCTION.md \"Memory\")"}}},
+        {"tensor_parallel",
+         {{"ranks", trainer.tensor_parallel_group().size()},
+          {"collectives", trainer.tensor_parallel_group().description()},
+          {"sequence_parallel", trainer.sequence_parallel()}}},
         {"data_parallel",
-         {{"ranks", trainer.collectives().size()},
-          {"collectives", trainer.collectives().description()},
+         {{"ranks", trainer.replicas().size()},
+          {"collectives", trainer.replicas().description()},
           {"optimizer", trainer.distributed_optimizer()
                             ? "distributed (each rank holds its shard)"
                             : config.parallel.use_distributed_optimizer
@@ -113,9 +171,15 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
       << trainer.layout().total_elements << " parameters, " << total_iterations
       << " iterations of " << config.batch.global_batch_size << " samples x "
       << config.model.seq_length << " tokens";
-  if (trainer.collectives().size() > 1) {
-    out << " on " << trainer.collectives().size() << " data-parallel ranks ("
-        << trainer.collectives().description() << "; "
+  if (trainer.tensor_parallel_group().size() > 1) {
+    out << " on " << trainer.tensor_parallel_group().size() << " tensor-parallel ranks ("
+        << trainer.tensor_parallel_group().description()
+        << (trainer.sequence_parallel() ? "; sequence parallel" : "") << ")";
+    if (trainer.replicas().size() > 1) out << " x";
+  }
+  if (trainer.replicas().size() > 1) {
+    out << " on " << trainer.replicas().size() << " data-parallel ranks ("
+        << trainer.replicas().description() << "; "
         << (trainer.distributed_optimizer() ? "distributed" : "replicated") << " optimizer)";
   }
   out << "\ndata: " << source->summary() << "\n" << evaluation_summary(config);
@@ -138,6 +202,8 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   static_cast<tandem::RunSummary&>(summary) =
       drive_iterations(config, options, resumed_iteration, driver, log, out);
   summary.device = production.device;
+  out << "memory: " << trainer.model().activation_bytes_per_layer() << " bytes of activations per layer and "
+      << "microbatch, peak " << trainer.backend().peak_bytes_in_use() << " bytes in this rank's buffers\n";
   return summary;
 }
 

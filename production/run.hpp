@@ -14,6 +14,7 @@
 #include "core/train/run_support.hpp"
 #include "core/train/train_options.hpp"
 #include "production/backend.hpp"
+#include "production/collectives/mpi.hpp"
 #include "production/trainer.hpp"
 
 namespace tandem::production {
@@ -31,10 +32,21 @@ Device choose_device(const std::string& requested);
 // sets it from the MPI session (production/collectives/mpi.hpp).
 struct RankSetup {
   int rank = 0;
-  int local_rank = 0;                      // selects the cuda device
-  CollectivesFactory collectives;          // empty: one rank
+  int local_rank = 0;                      // selects the cuda device: local_rank % devices
+  int local_size = 1;                      // this node's ranks
+  CollectivesFactory collectives;          // its data-parallel group; empty: one rank
+  CollectivesFactory tensor_parallel;      // its tensor-parallel group; empty: TP 1
+  CollectivesFactory world;                // every rank; empty: the data-parallel group
   std::function<void()> barrier = [] {};   // every rank waits here
 };
+
+// This process's RankSetup when a launcher started the world (session active): its groups in
+// Megatron's rank grid of config.parallel (core/rank_grid.hpp), each an MPI sub-communicator on
+// the cpu backend, or an NCCL communicator with that sub-communicator as its control plane on cuda
+// (staged through host memory over MPI instead when a node has more ranks than devices, so that
+// ranks share a device: NCCL refuses that; collectives/staged.hpp).
+// Throws std::invalid_argument when the launched world is not TP x CP x DP x PP.
+RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& parallel);
 
 // Trains config.schedule.train_samples / GBS iterations in all (resuming from --load when given),
 // writing progress to `out`. Throws std::runtime_error on a failure (the skip limit, after its

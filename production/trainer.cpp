@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -17,23 +18,25 @@ namespace {
 // SPEC 6: coeff = clip_grad / (norm + 1e-6).
 constexpr double kClipNormEpsilon = 1e-6;
 
-// Tensor, pipeline and context parallelism are not built yet; data parallelism is.
-void require_data_parallel_only(const ParallelConfig& parallel, int ranks) {
+// Pipeline and context parallelism are not built yet; data and tensor parallelism are, with as
+// many ranks in each group as the configuration says.
+void require_layout(const ParallelConfig& parallel, int replicas, int tensor_ranks) {
   const auto refuse = [](const char* name, std::int64_t value) {
     throw std::invalid_argument(std::string("production trainer: ") + name + " = " +
                                 std::to_string(value) +
-                                ", but this trainer runs data parallelism only (TP, PP and CP are "
+                                ", but this trainer runs data and tensor parallelism only (PP and CP are "
                                 "not built yet); fix: set it to 1");
   };
-  if (parallel.tensor_parallel != 1) refuse("--tensor-model-parallel-size", parallel.tensor_parallel);
   if (parallel.pipeline_parallel != 1) refuse("--pipeline-model-parallel-size", parallel.pipeline_parallel);
   if (parallel.context_parallel != 1) refuse("--context-parallel-size", parallel.context_parallel);
-  if (parallel.data_parallel != ranks) {
+  const std::int64_t world = parallel.data_parallel * parallel.tensor_parallel;
+  if (parallel.data_parallel != replicas || parallel.tensor_parallel != tensor_ranks) {
     throw std::invalid_argument(
-        "production trainer: --data-parallel-size = " + std::to_string(parallel.data_parallel) +
-        ", but " + std::to_string(ranks) + " rank(s) run it (one rank per process); fix: launch " +
-        std::to_string(parallel.data_parallel) + " ranks (mpirun -np " +
-        std::to_string(parallel.data_parallel) + " or srun) or drop --data-parallel-size "
+        "production trainer: --data-parallel-size " + std::to_string(parallel.data_parallel) +
+        " x --tensor-model-parallel-size " + std::to_string(parallel.tensor_parallel) + " = " +
+        std::to_string(world) + " ranks, but this rank's groups hold " + std::to_string(replicas) + " x " +
+        std::to_string(tensor_ranks) + " (one rank per process); fix: launch " + std::to_string(world) +
+        " ranks (mpirun -np " + std::to_string(world) + " or srun), or drop --data-parallel-size "
         "(--engine reference emulates DP in one process)");
   }
 }
@@ -98,61 +101,52 @@ double model_flops(const ModelConfig& config, const std::vector<Sample>& samples
 }
 
 Trainer::Trainer(const RunConfig& config, SampleProvider samples, const ProductionOptions& options)
-    : config_(config),
-      layout_(make_model_layout(config.model)),
-      samples_(std::move(samples)),
-      options_(options) {
+    : config_(config), layout_(split_.local()), samples_(std::move(samples)), options_(options) {
+  static const StepHooks kIdentity;
+  hooks_ = options_.hooks ? options_.hooks : std::shared_ptr<const StepHooks>(std::shared_ptr<const StepHooks>{}, &kIdentity);
   backend_ = make_backend(options_.device, options_.device_index);
   collectives_ = options_.collectives ? options_.collectives(*backend_) : single_rank_collectives();
-  require_data_parallel_only(config_.parallel, collectives_->size());
+  tp_group_ = options_.tensor_parallel ? options_.tensor_parallel(*backend_) : single_rank_collectives();
+  world_ = options_.world ? options_.world(*backend_) : collectives_;
+  require_layout(config_.parallel, collectives_->size(), tp_group_->size());
+  if (world_->size() != collectives_->size() * tp_group_->size()) {
+    throw std::invalid_argument("production trainer: " + std::to_string(world_->size()) + " ranks in all for " +
+                                std::to_string(collectives_->size()) + " data-parallel x " +
+                                std::to_string(tp_group_->size()) + " tensor-parallel ranks");
+  }
+  split_ = TensorParallelLayout(config_.model, tp_group_->size(), tp_group_->rank());
   compute_ = config_.optimizer.bf16 ? DType::bf16 : DType::f32;  // SPEC 7
-  const std::int64_t n = layout_.total_elements;
-  const int ranks = collectives_->size();
-  const int rank = collectives_->rank();
-  shards_ = make_flat_shards(n, ranks, kNormBlockElements, gradient_bucket_parameters(config_.parallel));
-  distributed_ = ranks > 1 && config_.parallel.use_distributed_optimizer;
-  overlap_grad_reduce_ = ranks > 1 && config_.parallel.overlap_grad_reduce;
-  overlap_param_gather_ = distributed_ && config_.parallel.overlap_param_gather;
-  const std::vector<DecaySegment> segments = decay_segments(layout_);
-  const std::vector<FlatRange> kept = distributed_ ? shards_.owned(rank) : std::vector<FlatRange>{{0, n}};
-  for (const FlatRange& range : kept) {
-    if (range.count == 0) continue;
-    pieces_.push_back(StatePiece{range.begin, range.count, state_count_,
-                                 segments_in_range(segments, range.begin, range.count)});
-    state_count_ += range.count;
-  }
-  lane_ = backend_->make_comm_lane(collectives_->callable_from_other_threads());
 
-  // SPEC 4: fp32 values, bit-identical to every engine's iteration 0; each rank keeps its pieces.
-  const std::vector<float> initial = initial_parameters(config_.model, config_.data.seed);  // [N]
-  main_weights_ = Buffer<float>(*backend_, state_count_);
-  for (const StatePiece& piece : pieces_) {
-    backend_->copy_from_host(main_weights_.at(piece.local), initial.data() + piece.begin,
-                             piece.count * static_cast<std::int64_t>(sizeof(float)));
+  ExchangeOptions exchange;
+  exchange.distributed_optimizer = config_.parallel.use_distributed_optimizer;
+  exchange.overlap_grad_reduce = config_.parallel.overlap_grad_reduce;
+  exchange.overlap_param_gather = config_.parallel.overlap_param_gather;
+  exchange.bucket_parameters = gradient_bucket_parameters(config_.parallel);
+  exchange_ = GradientExchange(*backend_, collectives_, layout_.total_elements, exchange, options_.hooks);
+
+  // SPEC 4: fp32 values, bit-identical to every engine's iteration 0 and to every layout's (each
+  // element the full tensor's value at its index); each rank keeps its pieces.
+  const std::vector<float> initial = split_.size() == 1 ? initial_parameters(config_.model, config_.data.seed)
+                                                        : split_.initial_parameters(config_.model, config_.data.seed);
+  state_ = MainStateShard(*backend_, exchange_.kept_ranges(), decay_segments(layout_), initial);
+  if (compute_ != DType::f32 || exchange_.distributed()) {
+    compute_weights_ = ComputeBuffer(*backend_, compute_, exchange_.shards().padded());
   }
-  main_grads_ = Buffer<float>(*backend_, shards_.padded());
-  if (ranks > 1) {
-    // The others' contributions to a slice arrive in rows of at most 2^25 elements in all.
-    std::int64_t largest_slice = 0;
-    for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
-      largest_slice = std::max(largest_slice, shards_.slice(bucket));
-    }
-    constexpr std::int64_t kReceiveElements = std::int64_t{1} << 25;
-    exchange_chunk_ = std::min(largest_slice, std::max(kNormBlockElements, kReceiveElements / (ranks - 1)));
-    received_grads_ = Buffer<float>(*backend_, (ranks - 1) * exchange_chunk_);
-  }
-  exp_avg_ = Buffer<float>(*backend_, state_count_);
-  exp_avg_sq_ = Buffer<float>(*backend_, state_count_);
-  if (compute_ != DType::f32 || distributed_) {
-    compute_weights_ = ComputeBuffer(*backend_, compute_, shards_.padded());
-  }
-  publish_compute_weights();
-  norm_blocks_ = Buffer<double>(*backend_, shards_.rank_elements() / kNormBlockElements);
+  publish_compute_weights(GradientExchange::WeightGather::now);
+  audit_ = std::make_unique<UpdateAudit>(split_, state_, exchange_, *world_);
 
   DecoderOptions decoder;
   decoder.micro_batch_size = config_.batch.micro_batch_size;
   decoder.logits_chunk_rows = options_.logits_chunk_rows;
   decoder.compute = compute_;
+  if (split_.size() > 1) {
+    tp_comm_ = TensorParallelComm(*backend_, tp_group_, decoder.micro_batch_size * config_.model.seq_length *
+                                                            config_.model.hidden_size);
+    decoder.tensor_parallel = &split_;
+    decoder.tensor_parallel_comm = &tp_comm_;
+    decoder.sequence_parallel = config_.parallel.sequence_parallel;
+    decoder.hooks = hooks_.get();
+  }
   model_ = std::make_unique<DecoderModel>(config_.model, layout_, *backend_, decoder);
   row_losses_ = Buffer<float>(*backend_, config_.microbatches_per_replica() * model_->rows());
 }
@@ -160,94 +154,17 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
 // The compute weights from this rank's main state: converted (bf16) or copied (fp32 with the
 // distributed optimizer) into the compute buffer at the pieces' places, then all-gathered from the
 // slices' owners when the state is sharded. fp32 with a whole state: the main weights serve.
-void Trainer::publish_compute_weights() {
+void Trainer::publish_compute_weights(GradientExchange::WeightGather when) {
   if (compute_weights_.size() == 0) return;
-  for (const StatePiece& piece : pieces_) {
-    backend_->convert(ConvertParams{main_weights_.at(piece.local), compute_weights_.at(piece.begin),
+  for (const MainStateShard::Piece& piece : state_.pieces()) {
+    backend_->convert(ConvertParams{state_.weights().at(piece.local), compute_weights_.at(piece.begin),
                                     piece.count, DType::f32, compute_});
   }
-  gather_deferred_ = false;
-  if (!distributed_) return;
-  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) gather_bucket_compute_weights(bucket);
-}
-
-void Trainer::gather_bucket_compute_weights(std::size_t bucket) {
-  collectives_->all_gather_in_place(compute_weights_.at(shards_.buckets[bucket].begin),
-                                    shards_.slice(bucket) * dtype_bytes(compute_));
-}
-
-void Trainer::finish_compute_weights() {
-  if (!gather_deferred_) return;
-  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) gather_bucket_compute_weights(bucket);
-  gather_deferred_ = false;
-}
-
-void Trainer::forward_backward_and_reduce(const std::vector<std::vector<Sample>>& batch,
-                                          const std::vector<float>& loss_scales) {
-  const std::int64_t rows = model_->rows();
-  const std::size_t buckets = shards_.buckets.size();
-  // --overlap-param-gather: every bucket's all-gather goes to the lane now, in flat order; the
-  // forward waits for each just before it first reads weights in it (a lane's tickets complete
-  // in order, so waiting for a bucket waits for those before it too).
-  std::vector<CommLane::Ticket> gathered(buckets, 0);
-  if (gather_deferred_) {
-    for (std::size_t bucket = 0; bucket < buckets; ++bucket) {
-      gathered[bucket] = lane_->submit([this, bucket] { gather_bucket_compute_weights(bucket); });
-    }
-    gather_deferred_ = false;
-  }
-  // --overlap-grad-reduce: the elements of each bucket whose gradient the last microbatch's
-  // backward has yet to finish; a bucket goes to the lane when its count reaches 0.
-  std::vector<std::int64_t> unfinished(buckets, 0);
-  for (std::size_t bucket = 0; bucket < buckets; ++bucket) {
-    const GradientBucket& b = shards_.buckets[bucket];
-    unfinished[bucket] = std::max<std::int64_t>(0, std::min(b.begin + b.elements, shards_.total) - b.begin);
-  }
-  std::size_t reduced = 0;  // buckets handed to the lane
-
-  // The hooks below capture this call's locals: the model drops them however the call ends.
-  struct DropHooks {
-    DecoderModel& model;
-    ~DropHooks() { model.set_hooks({}); }
-  } drop_hooks{*model_};
-  main_grads_.zero();
-  for (std::size_t m = 0; m < batch.size(); ++m) {
-    ModelHooks hooks;
-    if (m == 0 && gathered.front() != 0) {
-      hooks.before_weights = [&](std::int64_t begin, std::int64_t end) {
-        if (end > begin) lane_->wait(gathered[shards_.bucket_of(end - 1)]);
-      };
-    }
-    if (m + 1 == batch.size() && overlap_grad_reduce_) {
-      hooks.gradients_done = [&](std::int64_t begin, std::int64_t end) {
-        if (end <= begin) return;
-        for (std::size_t bucket = shards_.bucket_of(begin); bucket <= shards_.bucket_of(end - 1); ++bucket) {
-          const GradientBucket& b = shards_.buckets[bucket];
-          unfinished[bucket] -= std::min(end, b.begin + b.elements) - std::max(begin, b.begin);
-          if (unfinished[bucket] == 0) {
-            lane_->submit([this, bucket] { reduce_bucket(bucket); });
-            ++reduced;
-          }
-        }
-      };
-    }
-    model_->set_hooks(std::move(hooks));
-    model_->forward_backward(batch[m], compute_weights(), loss_scales[m], main_grads_.data(),
-                             row_losses_.at(static_cast<std::int64_t>(m) * rows));
-  }
-  lane_->drain();  // every gather waited for; every submitted reduction done before what follows
-  if (collectives_->size() == 1) return;
-  if (overlap_grad_reduce_ && reduced != buckets) {
-    throw std::logic_error("Trainer: the backward finished " + std::to_string(reduced) + " of " +
-                           std::to_string(buckets) + " gradient buckets (the model's hooks missed elements)");
-  }
-  if (!overlap_grad_reduce_) {
-    for (std::size_t bucket = 0; bucket < buckets; ++bucket) reduce_bucket(bucket);
-  }
+  exchange_.publish_weights(compute_weights_, when);
 }
 
 const void* Trainer::compute_weights() const {
-  return compute_weights_.size() == 0 ? static_cast<const void*>(main_weights_.data())
+  return compute_weights_.size() == 0 ? static_cast<const void*>(state_.weights().data())
                                       : compute_weights_.data();
 }
 
@@ -289,7 +206,7 @@ EvaluationRecord Trainer::evaluate(const SampleProvider& validation, std::int64_
   const std::int64_t gbs = config_.batch.global_batch_size;
   const std::int64_t microbatches = config_.microbatches_per_replica();
   const std::int64_t rows = model_->rows();
-  finish_compute_weights();  // --overlap-param-gather deferred them to a forward
+  exchange_.finish_deferred_gathers(compute_weights_);  // --overlap-param-gather deferred them
   EvaluationRecord record;
   record.iteration = counters_.iteration;
   // One running sum over every batch's microbatches in order (batch, m, rank), as the reference
@@ -316,90 +233,75 @@ EvaluationRecord Trainer::evaluate(const SampleProvider& validation, std::int64_
   return record;
 }
 
-// SPEC 1 "reduction over replicas", one bucket at a time: in step k = 1 .. DP-1 rank r sends its
-// contribution to the slice of rank (r + k) mod DP to that rank and receives the contribution of
-// rank (r - k) mod DP to its own slice, into row k-1 of received_grads_; then it adds the DP
-// contributions in rank order, ((g_0 + g_1) + g_2) + ..., in fp32 with the backend's add. A fixed
-// order that is the same whichever rank owns an element, so neither the transport nor the buckets
-// change a bit; each step moves one slice per rank (a ring's bandwidth). Slices longer than the
-// receive rows go in chunks (the order of each element's sum is unchanged). The replicated
-// optimizer then all-gathers the reduced slices of the bucket.
-void Trainer::reduce_bucket(std::size_t bucket) {
-  const int ranks = collectives_->size();
-  const int rank = collectives_->rank();
-  const std::int64_t slice = shards_.slice(bucket);
-  for (std::int64_t first = 0; first < slice; first += exchange_chunk_) {
-    const std::int64_t count = std::min(exchange_chunk_, slice - first);
-    for (int step = 1; step < ranks; ++step) {
-      const int to = (rank + step) % ranks;
-      const int from = (rank - step + ranks) % ranks;
-      collectives_->send_receive(main_grads_.at(shards_.slice_begin(bucket, to) + first), to,
-                                 received_grads_.at((step - 1) * exchange_chunk_), from, count);
+std::vector<FlatRange> Trainer::full_ranges_of(const std::vector<FlatRange>& local) const {
+  std::vector<FlatRange> out;
+  for (const FlatRange& range : local) {
+    for (const FlatRange& full : split_.full_ranges(range)) out.push_back(full);
+  }
+  return out;
+}
+
+std::vector<float> Trainer::gather_over_tp(const std::vector<float>& local) const {
+  if (split_.size() == 1) return local;
+  const std::int64_t count = layout_.total_elements;
+  Buffer<float> all(*backend_, count * split_.size());  // [TP, local N]
+  backend_->copy_from_host(all.at(split_.rank() * count), local.data(), count * static_cast<std::int64_t>(sizeof(float)));
+  tp_group_->all_gather_in_place(all.data(), count * static_cast<std::int64_t>(sizeof(float)));
+  const std::vector<float> parts = all.download();
+  std::vector<float> whole(static_cast<std::size_t>(split_.full().total_elements));
+  for (int rank = 0; rank < split_.size(); ++rank) {
+    const TensorParallelLayout theirs(config_.model, split_.size(), rank);
+    auto next = parts.begin() + static_cast<std::ptrdiff_t>(rank * count);
+    for (const FlatRange& range : theirs.full_ranges(FlatRange{0, count})) {
+      std::copy_n(next, range.count, whole.begin() + static_cast<std::ptrdiff_t>(range.begin));
+      next += range.count;
     }
-    if (options_.switches.mutants.unreduced_gradients) continue;  // test-only mutant: own part only
-    sum_in_rank_order(main_grads_.at(shards_.slice_begin(bucket, rank) + first), count);
   }
-  if (!distributed_) {
-    collectives_->all_gather_in_place(main_grads_.at(shards_.buckets[bucket].begin),
-                                      slice * static_cast<std::int64_t>(sizeof(float)));
-  }
-}
-
-void Trainer::sum_in_rank_order(float* mine, std::int64_t count) {
-  const int ranks = collectives_->size();
-  const int rank = collectives_->rank();
-  // Rank q's contribution: this rank's own, or the row it arrived in (step (rank - q) mod DP).
-  const auto theirs = [&](int q) { return received_grads_.at(((rank - q + ranks) % ranks - 1) * exchange_chunk_); };
-  const auto add = [&](const float* a, const float* b, float* out) {
-    backend_->add(AddParams{a, b, out, count, DType::f32});
+  // The replicated tensors are the same bits on every TP rank (the step computes them alike), a
+  // shared key/value group on each of its holders: a rank that differs is a bug, never averaged
+  // away.
+  const auto holders_agree = [&](const FlatRange& range, int first_holder, int rank) {
+    const auto first = parts.begin() + static_cast<std::ptrdiff_t>(first_holder * count + range.begin);
+    if (!std::equal(first, first + range.count, parts.begin() + static_cast<std::ptrdiff_t>(rank * count + range.begin),
+                    [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; })) {
+      throw std::logic_error("Trainer: tensor-parallel rank " + std::to_string(rank) + " holds other values than rank " +
+                             std::to_string(first_holder) + " in the shared elements [" + std::to_string(range.begin) +
+                             ", " + std::to_string(range.begin + range.count) + ") of its buffer");
+    }
   };
-  if (rank == 0) {
-    for (int q = 1; q < ranks; ++q) add(mine, theirs(q), mine);
-    return;
+  for (const FlatRange& range : split_.kv_shared_ranges()) {
+    for (int rank = 0; rank < split_.size(); ++rank) holders_agree(range, rank - rank % split_.kv_sharing(), rank);
   }
-  float* below = theirs(0);  // the sum of ranks 0 .. rank-1, in rank 0's row
-  for (int q = 1; q < rank; ++q) add(below, theirs(q), below);
-  add(below, mine, mine);
-  for (int q = rank + 1; q < ranks; ++q) add(mine, theirs(q), mine);
-}
-
-// The whole flat range [N] of a main-state buffer: downloaded when whole on this rank, else each
-// rank's slices all-gathered, bucket by bucket, through a padded scratch buffer.
-std::vector<float> Trainer::gather_flat(const Buffer<float>& state_range) const {
-  if (!distributed_) return state_range.download();
-  Buffer<float> whole(*backend_, shards_.padded());
-  for (const StatePiece& piece : pieces_) {
-    backend_->copy(whole.at(piece.begin), state_range.at(piece.local),
-                   piece.count * static_cast<std::int64_t>(sizeof(float)));
+  for (const FlatRange& range : split_.replicated_ranges()) {
+    for (int rank = 1; rank < split_.size(); ++rank) {
+      const auto first = parts.begin() + static_cast<std::ptrdiff_t>(range.begin);
+      if (!std::equal(first, first + range.count, first + static_cast<std::ptrdiff_t>(rank * count),
+                      [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; })) {
+        throw std::logic_error("Trainer: tensor-parallel rank " + std::to_string(rank) +
+                               " holds other values than rank 0 in the replicated elements [" +
+                               std::to_string(range.begin) + ", " + std::to_string(range.begin + range.count) +
+                               ") of its buffer");
+      }
+    }
   }
-  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
-    collectives_->all_gather_in_place(whole.at(shards_.buckets[bucket].begin),
-                                      shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(float)));
-  }
-  return whole.download(0, shards_.total);
-}
-
-std::int64_t Trainer::local_offset(std::int64_t flat) const {
-  for (const StatePiece& piece : pieces_) {
-    if (flat >= piece.begin && flat < piece.begin + piece.count) return piece.local + (flat - piece.begin);
-  }
-  return -1;
+  return whole;
 }
 
 HostState Trainer::host_state() const {
   HostState state;
-  state.params = gather_flat(main_weights_);
-  state.exp_avg = gather_flat(exp_avg_);
-  state.exp_avg_sq = gather_flat(exp_avg_sq_);
+  state.params = gather_over_tp(exchange_.gather_flat(state_.weights()));
+  state.exp_avg = gather_over_tp(exchange_.gather_flat(state_.exp_avg()));
+  state.exp_avg_sq = gather_over_tp(exchange_.gather_flat(state_.exp_avg_sq()));
   state.counters = counters_;
   return state;
 }
 
 void Trainer::restore(const HostState& state) {
+  const std::int64_t total = layout().total_elements;
   for (const auto* whole : {&state.params, &state.exp_avg, &state.exp_avg_sq}) {
-    if (static_cast<std::int64_t>(whole->size()) != shards_.total) {
+    if (static_cast<std::int64_t>(whole->size()) != total) {
       throw std::invalid_argument("Trainer::restore: " + std::to_string(whole->size()) +
-                                  " elements for a model of " + std::to_string(shards_.total));
+                                  " elements for a model of " + std::to_string(total));
     }
   }
   std::vector<MainStateSlice<float>> pieces;
@@ -414,321 +316,351 @@ void Trainer::restore(const HostState& state) {
 }
 
 std::vector<MainStateSlice<float>> Trainer::shard_pieces() const {
+  // Each element once among all ranks: a replicated tensor is saved by TP rank 0 only, a shared
+  // key/value group (G < TP) by its first holder.
+  std::vector<FlatRange> saved;
+  std::vector<FlatRange> replicated = split_.rank() == 0 ? std::vector<FlatRange>{} : split_.replicated_ranges();
+  if (!split_.first_kv_holder()) {
+    for (const FlatRange& range : split_.kv_shared_ranges()) replicated.push_back(range);
+    std::sort(replicated.begin(), replicated.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  }
+  for (const FlatRange& range : exchange_.shards().owned(collectives_->rank())) {
+    std::int64_t next = range.begin;
+    const std::int64_t end = range.begin + range.count;
+    for (const FlatRange& skip : replicated) {
+      const std::int64_t skip_end = skip.begin + skip.count;
+      if (skip_end <= next || skip.begin >= end) continue;
+      if (skip.begin > next) saved.push_back(FlatRange{next, skip.begin - next});
+      next = std::min(end, skip_end);
+    }
+    if (next < end) saved.push_back(FlatRange{next, end - next});
+  }
   std::vector<MainStateSlice<float>> out;
-  for (const FlatRange& range : shards_.owned(collectives_->rank())) {
-    const std::int64_t local = local_offset(range.begin);  // it holds its slices either way
-    out.push_back(MainStateSlice<float>{range.begin, main_weights_.download(local, range.count),
-                                        exp_avg_.download(local, range.count),
-                                        exp_avg_sq_.download(local, range.count)});
+  for (const FlatRange& range : saved) {
+    MainStateSlice<float> local = state_.slice(range);  // it holds its slices with either optimizer
+    std::int64_t offset = 0;
+    for (const FlatRange& full : split_.full_ranges(range)) {
+      const auto part = [&](const std::vector<float>& values) {
+        const auto first = values.begin() + offset;
+        return std::vector<float>(first, first + full.count);
+      };
+      out.push_back(MainStateSlice<float>{full.begin, part(local.params), part(local.exp_avg), part(local.exp_avg_sq)});
+      offset += full.count;
+    }
   }
   return out;
 }
 
-std::vector<FlatRange> Trainer::state_ranges() const {
-  std::vector<FlatRange> ranges;
-  for (const StatePiece& piece : pieces_) ranges.push_back(FlatRange{piece.begin, piece.count});
-  return ranges;
-}
+std::vector<FlatRange> Trainer::state_ranges() const { return full_ranges_of(state_.ranges()); }
 
 void Trainer::restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters) {
-  const auto describe = [](std::int64_t begin, std::int64_t count) {
-    return "[" + std::to_string(begin) + ", " + std::to_string(begin + count) + ")";
-  };
-  if (pieces.size() != pieces_.size()) {
+  // The whole-model pieces of state_ranges(), in its order, back into this rank's local pieces.
+  const std::vector<FlatRange> wanted = state_ranges();
+  if (pieces.size() != wanted.size()) {
     throw std::invalid_argument("Trainer::restore: " + std::to_string(pieces.size()) + " pieces for the " +
-                                std::to_string(pieces_.size()) + " ranges this rank keeps");
+                                std::to_string(wanted.size()) + " ranges this rank keeps");
   }
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const MainStateSlice<float>& piece = pieces[i];
-    const StatePiece& mine = pieces_[i];
-    const auto size = static_cast<std::int64_t>(piece.params.size());
-    if (piece.begin != mine.begin || size != mine.count || static_cast<std::int64_t>(piece.exp_avg.size()) != size ||
-        static_cast<std::int64_t>(piece.exp_avg_sq.size()) != size) {
-      throw std::invalid_argument("Trainer::restore: the piece " + describe(piece.begin, size) +
-                                  " is not this rank's range " + describe(mine.begin, mine.count));
+  std::vector<MainStateSlice<float>> local;
+  std::size_t next = 0;
+  for (const FlatRange& range : state_.ranges()) {
+    MainStateSlice<float> piece{range.begin, {}, {}, {}};
+    for (const FlatRange& full : split_.full_ranges(range)) {
+      const MainStateSlice<float>& given = pieces[next];
+      if (given.begin != full.begin || static_cast<std::int64_t>(given.params.size()) != full.count ||
+          given.exp_avg.size() != given.params.size() || given.exp_avg_sq.size() != given.params.size()) {
+        throw std::invalid_argument("Trainer::restore: piece " + std::to_string(next) + " (begin " +
+                                    std::to_string(given.begin) + ", " + std::to_string(given.params.size()) +
+                                    " elements) is not this rank's range [" + std::to_string(full.begin) + ", " +
+                                    std::to_string(full.begin + full.count) + ")");
+      }
+      piece.params.insert(piece.params.end(), given.params.begin(), given.params.end());
+      piece.exp_avg.insert(piece.exp_avg.end(), given.exp_avg.begin(), given.exp_avg.end());
+      piece.exp_avg_sq.insert(piece.exp_avg_sq.end(), given.exp_avg_sq.begin(), given.exp_avg_sq.end());
+      ++next;
     }
+    local.push_back(std::move(piece));
   }
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    const StatePiece& mine = pieces_[i];
-    const auto bytes = mine.count * static_cast<std::int64_t>(sizeof(float));
-    backend_->copy_from_host(main_weights_.at(mine.local), pieces[i].params.data(), bytes);
-    backend_->copy_from_host(exp_avg_.at(mine.local), pieces[i].exp_avg.data(), bytes);
-    backend_->copy_from_host(exp_avg_sq_.at(mine.local), pieces[i].exp_avg_sq.data(), bytes);
-  }
+  state_.upload(local);
   counters_ = counters;
-  publish_compute_weights();
+  publish_compute_weights(GradientExchange::WeightGather::now);
 }
 
-// --audit-params: the owner of each audited element (the shard's rank with the distributed
-// optimizer, else rank 0, whose whole state every rank equals) reads its values with `read`; one
-// gather shares them. Returns [elements, values_per_element] as the owners read them.
-std::vector<double> Trainer::audited_values(std::size_t values_per_element,
-                                            const AuditRead& read) const {
-  const std::size_t count = audit_elements_.size() * values_per_element;
-  std::vector<double> mine(count, 0.0);
-  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
-    const std::int64_t local = local_offset(audit_elements_[i]);
-    if (local >= 0) read(audit_elements_[i], local, mine.data() + i * values_per_element);
-  }
-  if (collectives_->size() == 1) return mine;
-  const std::vector<double> all = all_gather_values(*collectives_, mine);  // [DP, count]
-  std::vector<double> owned(count);
-  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
-    const auto owner = static_cast<std::size_t>(distributed_ ? shards_.owner(audit_elements_[i]) : 0);
-    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(owner * count + i * values_per_element),
-                values_per_element, owned.begin() + static_cast<std::ptrdiff_t>(i * values_per_element));
-  }
-  return owned;
-}
-
-std::vector<AuditEntry> Trainer::audit_before_update(const IterationRecord& record) const {
-  if (audit_elements_.empty()) return {};  // the same on every rank: no exchange to skip alone
-  constexpr std::size_t kValues = 4;  // old value, gradient, old m, old v
-  // The fp32 values, widened exactly (SPEC 12: tandem audit reads "main_precision":"fp32").
-  const std::vector<double> values = audited_values(kValues, [this](std::int64_t flat, std::int64_t local, double* out) {
-    out[0] = main_weights_.download(local, 1).front();
-    out[1] = main_grads_.download(flat, 1).front();
-    out[2] = exp_avg_.download(local, 1).front();
-    out[3] = exp_avg_sq_.download(local, 1).front();
-  });
-  std::vector<AuditEntry> entries;
-  std::size_t tensor = 0;
-  for (std::size_t i = 0; i < audit_elements_.size(); ++i) {
-    const std::int64_t flat = audit_elements_[i];
-    while (layout_.tensors[tensor].offset + layout_.tensors[tensor].numel <= flat) ++tensor;
-    const ParameterTensor& owner = layout_.tensors[tensor];
-    const double* element = values.data() + i * kValues;
-    AuditEntry entry;
-    entry.tensor = owner.name;
-    entry.element = flat - owner.offset;
-    entry.group = to_string(owner.decay_group);
-    entry.old_value = element[0];
-    entry.grad = element[1];
-    entry.old_m = element[2];
-    entry.old_v = element[3];
-    entry.lr = record.lr;
-    entry.wd = owner.decay_group == DecayGroup::decay ? record.wd : 0.0;
-    entries.push_back(entry);
-  }
-  return entries;
-}
-
-void Trainer::audit_after_update(std::vector<AuditEntry>& entries) const {
-  if (audit_elements_.empty()) return;
-  constexpr std::size_t kValues = 3;  // m, v, new value
-  const std::vector<double> values = audited_values(kValues, [this](std::int64_t, std::int64_t local, double* out) {
-    out[0] = exp_avg_.download(local, 1).front();
-    out[1] = exp_avg_sq_.download(local, 1).front();
-    out[2] = main_weights_.download(local, 1).front();
-  });
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const double* element = values.data() + i * kValues;
-    entries[i].m = element[0];
-    entries[i].v = element[1];
-    entries[i].new_value = element[2];
-    entries[i].step = counters_.successful_updates;
-  }
-}
-
-IterationRecord Trainer::run_iteration() {
-  const auto started = std::chrono::steady_clock::now();
-  const std::int64_t gbs = config_.batch.global_batch_size;
+// SPEC 2: this rank's microbatches. SPEC 5: the global batch's token counts (the per-token
+// denominator is the whole global batch's) and model FLOPs, gathered from every rank.
+Trainer::GlobalBatch Trainer::read_global_batch(std::int64_t consumed) const {
   const std::int64_t microbatches = config_.microbatches_per_replica();
   const std::int64_t ranks = collectives_->size();
-  const bool per_token = config_.data.loss_normalization == LossNormalization::per_token;
-  IterationRecord record;
-  record.iteration = counters_.iteration + 1;
-
-  // 1. This rank's microbatches; the global batch's token counts and model FLOPs (SPEC 5: the
-  // per-token denominator is the whole global batch's), gathered from every rank.
-  std::vector<std::vector<Sample>> batch(static_cast<std::size_t>(microbatches));
+  GlobalBatch batch;
+  batch.microbatches.resize(static_cast<std::size_t>(microbatches));
   // What each rank contributes, in these slots (token counts are integers far below 2^53: exact).
   enum Slot : std::size_t { kInputTokens, kLossTokens, kPadTokens, kModelFlops, kSlots };
   std::vector<double> local_counts(kSlots, 0.0);
   for (std::int64_t m = 0; m < microbatches; ++m) {
-    batch[static_cast<std::size_t>(m)] = microbatch_samples(samples_, counters_.consumed_samples, m);
-    for (const Sample& sample : batch[static_cast<std::size_t>(m)]) {
+    auto& samples = batch.microbatches[static_cast<std::size_t>(m)];
+    samples = microbatch_samples(samples_, consumed, m);
+    for (const Sample& sample : samples) {
       local_counts[kInputTokens] += static_cast<double>(sample.input_tokens);
       local_counts[kLossTokens] += static_cast<double>(sample.loss_tokens);
       local_counts[kPadTokens] += static_cast<double>(sample.pad_tokens);
     }
-    local_counts[kModelFlops] += model_flops(config_.model, batch[static_cast<std::size_t>(m)]);
+    local_counts[kModelFlops] += model_flops(config_.model, samples);
   }
   const std::vector<double> counts = all_gather_values(*collectives_, local_counts);  // [DP, kSlots]
-  double flops = 0.0;
   for (std::int64_t r = 0; r < ranks; ++r) {
     const double* rank_counts = counts.data() + r * kSlots;
-    record.input_tokens += static_cast<std::int64_t>(rank_counts[kInputTokens]);
-    record.loss_tokens += static_cast<std::int64_t>(rank_counts[kLossTokens]);
-    record.pad_tokens += static_cast<std::int64_t>(rank_counts[kPadTokens]);
-    flops += rank_counts[kModelFlops];
+    batch.input_tokens += static_cast<std::int64_t>(rank_counts[kInputTokens]);
+    batch.loss_tokens += static_cast<std::int64_t>(rank_counts[kLossTokens]);
+    batch.pad_tokens += static_cast<std::int64_t>(rank_counts[kPadTokens]);
+    batch.model_flops += rank_counts[kModelFlops];
   }
-  const std::int64_t global_loss_tokens = record.loss_tokens;
+  batch.rank_loss_tokens = static_cast<std::int64_t>(local_counts[kLossTokens]);
+  return batch;
+}
 
-  // 2. Forward/backward of every microbatch, fp32 main gradients accumulated across them, and the
-  // reduction over replicas (DP > 1). SPEC 5 scales as the reference: 1/(global loss tokens)
-  // per-token; microbatch-mean 1/(microbatch loss tokens x microbatches x DP); 0 without loss
-  // tokens. Rounded to fp32 once.
-  std::vector<float> loss_scales;
-  for (const auto& samples : batch) {
+// SPEC 5 scales as the reference: 1/(global loss tokens) per-token; microbatch-mean
+// 1/(microbatch loss tokens x microbatches x DP); 0 without loss tokens. Rounded to fp32 once.
+std::vector<float> Trainer::loss_scales(const GlobalBatch& batch) const {
+  const bool per_token = config_.data.loss_normalization == LossNormalization::per_token;
+  const auto replicas = static_cast<double>(config_.microbatches_per_replica() * collectives_->size());
+  const std::int64_t denominator = hooks().loss_denominator(batch.loss_tokens, batch.rank_loss_tokens);  // StepHooks point
+  std::vector<float> scales;
+  for (const auto& samples : batch.microbatches) {
     std::int64_t microbatch_loss_tokens = 0;
     for (const Sample& sample : samples) microbatch_loss_tokens += sample.loss_tokens;
     double loss_scale = 0.0;
-    // Test-only mutant: the rank's own loss tokens as the per-token denominator.
-    const std::int64_t denominator = options_.switches.mutants.rank_local_loss_denominator
-                                         ? static_cast<std::int64_t>(local_counts[kLossTokens])
-                                         : global_loss_tokens;
     if (per_token && denominator > 0) {
       loss_scale = 1.0 / static_cast<double>(denominator);
     } else if (!per_token && microbatch_loss_tokens > 0) {
-      loss_scale = 1.0 / (static_cast<double>(microbatch_loss_tokens) *
-                          static_cast<double>(microbatches * ranks));
+      loss_scale = 1.0 / (static_cast<double>(microbatch_loss_tokens) * replicas);
     }
-    loss_scales.push_back(static_cast<float>(loss_scale));
+    scales.push_back(static_cast<float>(loss_scale));
   }
-  forward_backward_and_reduce(batch, loss_scales);
+  return scales;
+}
 
-  // 3. The test switch on the reduced gradient (element 0, where it is kept).
-  if (options_.switches.nonfinite_gradient_iterations.count(record.iteration) != 0 && local_offset(0) >= 0) {
-    const float not_a_number = std::nanf("");
-    backend_->copy_from_host(main_grads_.data(), &not_a_number, sizeof(float));
+// SPEC 5: forward/backward of every microbatch, the fp32 main gradients accumulated across them;
+// SPEC 1: the reduction over replicas (DP > 1), overlapped with the last microbatch's backward or
+// after it (gradient_exchange.hpp).
+void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
+  const std::vector<float> scales = loss_scales(batch);
+  const std::int64_t rows = model_->rows();
+  // The hooks capture the exchange's step state: the model drops them however the call ends.
+  struct DropHooks {
+    DecoderModel& model;
+    ~DropHooks() { model.set_hooks({}); }
+  } drop_hooks{*model_};
+  exchange_.begin_forward_backward(compute_weights_);
+  for (std::size_t m = 0; m < batch.microbatches.size(); ++m) {
+    model_->set_hooks(exchange_.model_hooks(m, batch.microbatches.size()));
+    model_->forward_backward(batch.microbatches[m], compute_weights(), scales[m], exchange_.main_grads().data(),
+                             row_losses_.at(static_cast<std::int64_t>(m) * rows));
   }
-  if (keep_last_gradient_) {
-    if (distributed_) {
-      for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
-        collectives_->all_gather_in_place(main_grads_.at(shards_.buckets[bucket].begin),
-                                          shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(float)));
+  exchange_.finish_reduction();
+  sum_replicated_gradients_over_tp();
+}
+
+// With --sequence-parallel each TP rank's norm weights and row-parallel biases saw its part of
+// the rows only: their reduced gradients are summed over TP, in rank order, where this rank keeps
+// them (Megatron's all-reduce of the sequence-parallel gradients after the data-parallel one).
+// Without it they are the same on every TP rank already. With G < TP the key/value rows a group's
+// TP/G holders share got from each holder the gradient of its own query heads only: summed too.
+void Trainer::sum_replicated_gradients_over_tp() {
+  if (split_.size() == 1) return;
+  if (sequence_parallel() && hooks().sums_sequence_parallel_gradients()) {  // StepHooks point
+    for (const FlatRange& replicated : split_.replicated_ranges()) {
+      for (const FlatRange& kept : exchange_.kept_ranges()) {
+        const std::int64_t begin = std::max(replicated.begin, kept.begin);
+        const std::int64_t end = std::min(replicated.begin + replicated.count, kept.begin + kept.count);
+        if (begin < end) tp_comm_.all_reduce(exchange_.main_grads().at(begin), end - begin);
       }
     }
-    last_gradient_ = main_grads_.download(0, shards_.total);
   }
+  sum_shared_key_value_gradients();
+}
 
-  // SPEC 5: the logged loss is the global token-weighted mean.
-  const double loss_sum = global_loss_sum(0.0);
-  last_loss_sum_ = loss_sum;
-  double loss = global_loss_tokens > 0 ? loss_sum / static_cast<double>(global_loss_tokens) : 0.0;
-  if (options_.switches.nonfinite_loss_iterations.count(record.iteration) != 0) {
-    loss = options_.switches.nonfinite_loss_value;
-  }
-  record.loss = loss;
-
-  // 4. SPEC 6: the norm from fixed-order partial sums: the blocks of each rank's slices, gathered,
-  // and summed in flat order (bucket, then rank, then block: each element once).
-  const int rank = collectives_->rank();
-  std::int64_t block = 0;
-  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
-    backend_->squared_norm(SquaredNormParams{main_grads_.at(shards_.slice_begin(bucket, rank)), norm_blocks_.at(block),
-                                             shards_.slice(bucket), kNormBlockElements});
-    block += shards_.slice(bucket) / kNormBlockElements;
-  }
-  const std::vector<double> blocks = all_gather_values(*collectives_, norm_blocks_.download());  // [DP, block]
-  double sum_of_squares = 0.0;
-  std::int64_t first = 0;  // the bucket's first block in each rank's row
-  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
-    const std::int64_t count = shards_.slice(bucket) / kNormBlockElements;
-    for (std::int64_t r = 0; r < ranks; ++r) {
-      for (std::int64_t b = 0; b < count; ++b) sum_of_squares += blocks[static_cast<std::size_t>(r * block + first + b)];
+// G < TP: each kept piece of the shared key/value rows goes into its group's slot of a buffer of
+// G slots, zeros elsewhere, summed over TP in rank order: slot g is then ((0 + ...) + x_a) + x_b
+// ... over group g's holders in rank order (adding the other groups' exact zeros changes no
+// value), the same bits on every holder; the holders take their slot back.
+void Trainer::sum_shared_key_value_gradients() {
+  if (split_.kv_sharing() == 1) return;
+  const std::int64_t slots = split_.size() / split_.kv_sharing();  // G
+  const auto element = static_cast<std::int64_t>(sizeof(float));
+  for (const FlatRange& shared : split_.kv_shared_ranges()) {
+    for (const FlatRange& kept : exchange_.kept_ranges()) {
+      const std::int64_t begin = std::max(shared.begin, kept.begin);
+      const std::int64_t end = std::min(shared.begin + shared.count, kept.begin + kept.count);
+      if (begin >= end) continue;
+      const std::int64_t count = end - begin;
+      Buffer<float> groups(*backend_, slots * count);  // [G, count]
+      groups.zero();
+      float* mine = groups.at(split_.kv_group_begin() * count);
+      backend_->copy(mine, exchange_.main_grads().at(begin), count * element);
+      tp_comm_.all_reduce(groups.data(), slots * count);
+      backend_->copy(exchange_.main_grads().at(begin), mine, count * element);
     }
-    first += count;
   }
-  const double grad_norm = std::sqrt(sum_of_squares);
-  record.grad_norm = grad_norm;
-  // The norm the clip coefficient divides by. Test-only mutant: this rank's slices' norm (the
-  // skip decision keeps the global norm, so the ranks still make the same collective calls).
-  double clip_norm = grad_norm;
-  if (options_.switches.mutants.shard_local_norm) {
-    double own = 0.0;
-    for (const double partial : norm_blocks_.download()) own += partial;
-    clip_norm = std::sqrt(own);
+}
+
+// SPEC 6 under tensor parallelism: each TP rank's squared norm over its part (the data-parallel
+// exchange's fixed order), the replicated tensors counted on TP rank 0 only (every element once:
+// the other ranks' copies are set to 0 for the sum, an exact no-op, then put back), and the TP
+// ranks' sums added in rank order.
+GradientNorm Trainer::gradient_norm(bool own_slices) {
+  if (split_.size() == 1) return exchange_.norm(own_slices);
+  std::vector<std::vector<float>> saved;
+  const std::vector<FlatRange> uncounted = not_counted_here();
+  for (const FlatRange& range : uncounted) {
+    saved.push_back(exchange_.main_grads().download(range.begin, range.count));
+    backend_->fill_zero(exchange_.main_grads().at(range.begin), range.count * static_cast<std::int64_t>(sizeof(float)));
   }
+  GradientNorm mine = exchange_.norm(own_slices);
+  std::size_t next = 0;
+  for (const FlatRange& range : uncounted) {
+    backend_->copy_from_host(exchange_.main_grads().at(range.begin), saved[next++].data(),
+                             range.count * static_cast<std::int64_t>(sizeof(float)));
+  }
+  const double sums[2] = {mine.sum_of_squares, mine.own_sum_of_squares};
+  const std::vector<double> all = all_gather_values(*tp_group_, sums);  // [TP, 2]
+  GradientNorm norm;
+  for (int rank = 0; rank < split_.size(); ++rank) {
+    norm.sum_of_squares += all[static_cast<std::size_t>(2 * rank)];
+    norm.own_sum_of_squares += all[static_cast<std::size_t>(2 * rank + 1)];
+  }
+  return norm;
+}
 
-  // The scheduler holds n = successful updates x GBS (SPEC 8).
-  const double lr = learning_rate<double>(config_.schedule, counters_.scheduler_samples);
-  const double wd = weight_decay_at<double>(config_.schedule, counters_.scheduler_samples);
-  record.lr = lr;
-  record.wd = wd;
+std::vector<FlatRange> Trainer::not_counted_here() const {
+  std::vector<FlatRange> out;
+  if (split_.rank() != 0 && hooks().counts_replicated_once()) out = split_.replicated_ranges();  // StepHooks point
+  if (!split_.first_kv_holder()) {
+    for (const FlatRange& range : split_.kv_shared_ranges()) out.push_back(range);
+  }
+  std::sort(out.begin(), out.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  return out;
+}
 
-  // 5. SPEC 8: a non-finite norm or loss skips the update; nothing but counters changes.
-  const bool finite = std::isfinite(grad_norm) && std::isfinite(loss);
-  if (finite) {
-    // 6. SPEC 6: coeff = clip / (norm + 1e-6), applied when below 1.
-    double clip_coeff = 1.0;
-    if (config_.optimizer.clip_grad > 0.0) {
-      const double coeff = config_.optimizer.clip_grad / (clip_norm + kClipNormEpsilon);
-      if (coeff < 1.0) {
-        clip_coeff = coeff;
-        record.clipped = true;
-        for (const StatePiece& piece : pieces_) {
-          backend_->scale(ScaleParams{main_grads_.at(piece.begin), piece.count, static_cast<float>(coeff)});
-        }
+// SPEC 5: the logged loss is the global token-weighted mean (0 without loss tokens).
+double Trainer::global_loss(const GlobalBatch& batch, std::int64_t iteration) {
+  last_loss_sum_ = global_loss_sum(0.0);
+  const double loss = batch.loss_tokens > 0 ? last_loss_sum_ / static_cast<double>(batch.loss_tokens) : 0.0;
+  return hooks().loss(iteration, loss);  // StepHooks point
+}
+
+// SPEC 6: coeff = clip / (norm + 1e-6), applied to this rank's gradients when below 1. Returns the
+// coefficient applied (1 when not clipped).
+double Trainer::clip(const GradientNorm& norm, IterationRecord& record) {
+  if (config_.optimizer.clip_grad <= 0.0) return 1.0;
+  const double clip_norm = hooks().clip_norm(norm.global(), norm.own_slices());  // StepHooks point
+  const double coeff = config_.optimizer.clip_grad / (clip_norm + kClipNormEpsilon);
+  if (coeff >= 1.0) return 1.0;
+  record.clipped = true;
+  for (const MainStateShard::Piece& piece : state_.pieces()) {
+    backend_->scale(ScaleParams{exchange_.main_grads().at(piece.begin), piece.count, static_cast<float>(coeff)});
+  }
+  return coeff;
+}
+
+// SPEC 7: fused AdamW over each piece of this rank's state (step t = successful updates including
+// this one), then the compute copy and, with the distributed optimizer, its gathers.
+void Trainer::adamw(std::int64_t step, double lr, double wd) {
+  for (const MainStateShard::Piece& piece : state_.pieces()) {
+    AdamwParams adamw;
+    adamw.params = state_.weights().at(piece.local);
+    adamw.exp_avg = state_.exp_avg().at(piece.local);
+    adamw.exp_avg_sq = state_.exp_avg_sq().at(piece.local);
+    adamw.grads = exchange_.main_grads().at(piece.begin);
+    adamw.compute_weights = compute_ == DType::f32 ? nullptr : compute_weights_.at(piece.begin);
+    adamw.compute_dtype = compute_;
+    adamw.count = piece.count;
+    adamw.segments = piece.segments.data();
+    adamw.segment_count = static_cast<std::int64_t>(piece.segments.size());
+    adamw.hyper = adamw_hyper(config_.optimizer, step, lr, wd);
+    backend_->adamw(adamw);
+  }
+  if (exchange_.distributed()) {
+    // fp32 compute: the slices' new weights into the compute copy. Then every rank's slices:
+    // now, or bucket by bucket in the next forward (--overlap-param-gather).
+    if (compute_ == DType::f32) {
+      for (const MainStateShard::Piece& piece : state_.pieces()) {
+        backend_->copy(compute_weights_.at(piece.begin), state_.weights().at(piece.local),
+                       piece.count * static_cast<std::int64_t>(sizeof(float)));
       }
     }
-    record.clip_coeff = clip_coeff;
+    exchange_.publish_weights(compute_weights_, GradientExchange::WeightGather::step);
+  }
+}
 
-    // 7. SPEC 7: fused AdamW over each piece of this rank's state, then the compute copy.
-    const std::int64_t step = counters_.successful_updates + 1;
-    std::vector<AuditEntry> audit = audit_before_update(record);
-    for (const StatePiece& piece : pieces_) {
-      AdamwParams adamw;
-      adamw.params = main_weights_.at(piece.local);
-      adamw.exp_avg = exp_avg_.at(piece.local);
-      adamw.exp_avg_sq = exp_avg_sq_.at(piece.local);
-      adamw.grads = main_grads_.at(piece.begin);
-      adamw.compute_weights = compute_ == DType::f32 ? nullptr : compute_weights_.at(piece.begin);
-      adamw.compute_dtype = compute_;
-      adamw.count = piece.count;
-      adamw.segments = piece.segments.data();
-      adamw.segment_count = static_cast<std::int64_t>(piece.segments.size());
-      adamw.hyper = adamw_hyper(config_.optimizer, step, lr, wd);
-      backend_->adamw(adamw);
-    }
-    if (distributed_) {
-      // fp32 compute: the slices' new weights into the compute copy. Then every rank's slices:
-      // now, or bucket by bucket in the next forward (--overlap-param-gather).
-      if (compute_ == DType::f32) {
-        for (const StatePiece& piece : pieces_) {
-          backend_->copy(compute_weights_.at(piece.begin), main_weights_.at(piece.local),
-                         piece.count * static_cast<std::int64_t>(sizeof(float)));
-        }
-      }
-      if (overlap_param_gather_) {
-        gather_deferred_ = true;
-      } else {
-        for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) gather_bucket_compute_weights(bucket);
-      }
-    }
-
-    // 8. Schedule and counters of a successful update.
-    counters_.successful_updates = step;
+// SPEC 8: the counters of a successful or skipped update; SPEC 1/8: iteration and consumed
+// samples advance either way (the batch was read).
+void Trainer::count_update(IterationRecord& record, bool successful) {
+  const std::int64_t gbs = config_.batch.global_batch_size;
+  if (successful) {
+    counters_.successful_updates += 1;
     counters_.scheduler_samples += gbs;
     counters_.consecutive_skips = 0;
-    audit_after_update(audit);
-    record.audit = std::move(audit);
   } else {
     record.update_successful = false;
     record.clip_coeff = 1.0;
     counters_.skipped_updates += 1;
     counters_.consecutive_skips += 1;
   }
-  // SPEC 1/8: iteration and consumed samples advance either way; the batch was read.
   counters_.iteration += 1;
   counters_.consumed_samples += gbs;
   counters_.input_tokens += record.input_tokens;
   counters_.loss_tokens += record.loss_tokens;
   counters_.pad_tokens += record.pad_tokens;
-
   record.step = counters_.successful_updates;
   record.consumed_samples = counters_.consumed_samples;
   record.totals = counters_;
+}
+
+IterationRecord Trainer::run_iteration() {
+  const auto started = std::chrono::steady_clock::now();
+  IterationRecord record;
+  record.iteration = counters_.iteration + 1;
+
+  const GlobalBatch batch = read_global_batch(counters_.consumed_samples);  // SPEC 2, 5
+  record.input_tokens = batch.input_tokens;
+  record.loss_tokens = batch.loss_tokens;
+  record.pad_tokens = batch.pad_tokens;
+  forward_backward_and_reduce(batch);                                        // SPEC 5, 1
+  hooks().after_reduction(record.iteration, ReducedGradient{[this](std::int64_t full, float value) {
+    const std::int64_t flat = split_.local_index(full);
+    if (flat >= 0 && state_.local_offset(flat) >= 0) {
+      backend_->copy_from_host(exchange_.main_grads().at(flat), &value, sizeof(float));
+    }
+  }});                                                                       // StepHooks point
+  if (keep_last_gradient_) last_gradient_ = gather_over_tp(exchange_.gathered_gradients());
+  record.loss = global_loss(batch, record.iteration);                        // SPEC 5
+  const GradientNorm norm = gradient_norm(hooks().wants_own_slices_norm());  // SPEC 6
+  record.grad_norm = norm.global();
+  // SPEC 8: the scheduler holds n = successful updates x GBS.
+  const double lr = learning_rate<double>(config_.schedule, counters_.scheduler_samples);
+  const double wd = weight_decay_at<double>(config_.schedule, counters_.scheduler_samples);
+  record.lr = lr;
+  record.wd = wd;
+
+  const bool finite = std::isfinite(record.grad_norm) && std::isfinite(record.loss);  // SPEC 8
+  if (finite) {
+    record.clip_coeff = clip(norm, record);                                  // SPEC 6
+    const std::int64_t step = counters_.successful_updates + 1;
+    std::vector<AuditEntry> audit = audit_->before_update(record);
+    adamw(step, lr, wd);                                                     // SPEC 7
+    audit_->after_update(audit, step);
+    record.audit = std::move(audit);
+  }
+  count_update(record, finite);                                              // SPEC 8
+
   backend_->synchronize();
   record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   record.tokens_per_second =
       record.seconds > 0 ? static_cast<double>(record.input_tokens) / record.seconds : 0.0;
-  record.model_flops = flops;
-  // MFU over every rank's device: the global batch's FLOPs / (seconds x DP x peak).
+  record.model_flops = batch.model_flops;
+  // MFU over every rank's device: the global batch's FLOPs / (seconds x ranks x peak).
   const double peak = backend_->peak_flops_per_second(compute_);
   if (peak > 0 && record.seconds > 0) {
-    record.mfu = flops / record.seconds / (peak * static_cast<double>(ranks));
+    record.mfu = batch.model_flops / record.seconds / (peak * static_cast<double>(world_->size()));
   }
   return record;
 }

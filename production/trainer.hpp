@@ -3,31 +3,28 @@
 // production state: fp32 main weights, fp32 main gradients accumulated over microbatches, fp32 m
 // and v, and a bf16 compute copy of the weights with --bf16.
 //
-// Data parallel (DP ranks, one Trainer per rank, exchanging through production/collectives/):
-// rank r reads its own microbatches (SPEC 2) and accumulates its fp32 main gradients. The flat
-// buffer is cut into gradient buckets, and rank r owns slice r of each (sharding.hpp; one bucket
-// without --overlap-grad-reduce). A bucket's reduce-scatter sends each owner every other rank's
-// contribution to its slice, and the owner adds the DP contributions in rank order 0, 1, ...,
-// DP-1 with its backend's fp32 add: a fixed order that depends neither on the transport nor on
-// which rank owns an element, so the bucket size and the overlap options change no bit.
-// The norm sums fixed blocks in flat order, each inside one slice. Then either
-//   - the distributed optimizer (--use-distributed-optimizer, Megatron's): each rank keeps only
-//     its slices of the main weights, m and v, runs AdamW on them and all-gathers the compute
-//     weights bucket by bucket; or
-//   - the replicated optimizer (Megatron's default): each reduced bucket is all-gathered and every
-//     rank runs AdamW over the whole buffer.
-// Both compute every element with the same operations on the same inputs: their states are
-// bitwise equal (tests/production_data_parallel_test.cpp).
+// The step (run_iteration) reads as the algorithm, one named call per SPEC rule:
+//   read the global batch and count its tokens (SPEC 2, 5) -> forward/backward each microbatch
+//   and reduce over replicas (SPEC 5, 1) -> loss (SPEC 5) -> norm (SPEC 6) -> finite check
+//   (SPEC 8) -> clip (SPEC 6) -> AdamW (SPEC 7) -> schedule and counters (SPEC 8).
+// Its parts live in their own units:
+//   - gradient_exchange.hpp: the main gradients, buckets, the reduction over data-parallel ranks
+//     in rank order, the norm's partial sums, the distributed optimizer's weight gathers, and
+//     Megatron's overlap of both with the compute;
+//   - main_state_shard.hpp: this rank's pieces of the fp32 main state (checkpoints read and
+//     restore them; production/checkpointing.hpp);
+//   - update_audit.hpp: --audit-params;
+//   - step_hooks.hpp: the one object through which tests inject faults and the harness its
+//     negative controls (ProductionOptions::hooks; none on a user's run).
 //
-// Overlap (Megatron's options, DP > 1), through a lane beside the compute (comm_lane.hpp):
-//   - --overlap-grad-reduce: during the last microbatch's backward, each bucket's reduce-scatter
-//     (and, replicated, its all-gather) starts as soon as the backward has added its last
-//     gradient to every element of it;
-//   - --overlap-param-gather: the distributed optimizer's all-gather of the updated compute
-//     weights is deferred to the next forward, bucket by bucket, each waited for just before the
-//     forward first reads weights in it.
-// The exchanges and the sums are the same, in the same order: the results are bitwise those of
-// the run without overlap.
+// Data parallel (DP ranks, one Trainer per rank, exchanging through production/collectives/):
+// rank r reads its own microbatches (SPEC 2) and accumulates its fp32 main gradients; then the
+// exchange reduces them. Either the distributed optimizer (--use-distributed-optimizer,
+// Megatron's: each rank keeps only its slices of the main weights, m and v, runs AdamW on them and
+// all-gathers the compute weights bucket by bucket) or the replicated optimizer (Megatron's
+// default: every rank runs AdamW over the whole buffer). Both compute every element with the same
+// operations on the same inputs: their states are bitwise equal
+// (tests/production_data_parallel_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -45,29 +42,16 @@
 #include "core/train/records.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
-#include "production/comm_lane.hpp"
+#include "production/gradient_exchange.hpp"
+#include "production/main_state_shard.hpp"
 #include "production/model.hpp"
 #include "production/sharding.hpp"
+#include "production/step_hooks.hpp"
+#include "production/tensor_parallel.hpp"
+#include "production/tensor_parallel_comm.hpp"
+#include "production/update_audit.hpp"
 
 namespace tandem::production {
-
-// Test-only switches. The default (all empty) is the only path a user's run takes.
-struct TestSwitches {
-  // Iterations (1-based) whose reduced gradient is made NaN at flat element 0 (SPEC 8 tests), as
-  // the reference's switch does.
-  std::set<std::int64_t> nonfinite_gradient_iterations;
-  // Iterations (1-based) whose global loss is replaced by `nonfinite_loss_value` on every rank
-  // (SPEC 8's other skip condition), as the reference's switch does.
-  std::set<std::int64_t> nonfinite_loss_iterations;
-  double nonfinite_loss_value = std::numeric_limits<double>::quiet_NaN();
-  // Deliberately wrong data-parallel variants, for the equivalence harness's negative controls
-  // (equivalence/twin.hpp Mutant): each is a classic multi-rank bug the harness must catch.
-  struct Mutants {
-    bool unreduced_gradients = false;      // each rank updates with its own gradient only
-    bool rank_local_loss_denominator = false;  // per-token: divide by this rank's loss tokens
-    bool shard_local_norm = false;         // clip by this rank's shard's norm, not the global one
-  } mutants;
-};
 
 // This rank's collectives, made once its backend exists (NCCL needs the backend's stream).
 using CollectivesFactory = std::function<std::shared_ptr<Collectives>(Backend& backend)>;
@@ -76,18 +60,21 @@ struct ProductionOptions {
   Device device = Device::cpu;
   int device_index = 0;                // cuda device of this rank (its local rank)
   std::int64_t logits_chunk_rows = 0;  // fused cross-entropy chunk; 0 = DecoderModel's default
-  CollectivesFactory collectives;      // empty: one rank; else size() must equal DP
-  TestSwitches switches;
+  // This rank's groups (Megatron's rank order: TP fastest, then DP): its data-parallel ranks
+  // (size() = DP; empty: one), its tensor-parallel ranks (size() = TP; empty: TP 1), and every
+  // rank of the run (checkpoints, agreement; empty: the data-parallel ranks, which are every rank
+  // when TP is 1). Made in this order.
+  CollectivesFactory collectives;
+  CollectivesFactory tensor_parallel;
+  CollectivesFactory world;
+  // Injected faults and negative controls (step_hooks.hpp, make_test_hooks); null on a user's run.
+  std::shared_ptr<const StepHooks> hooks;
 };
 
 // The main state on the host, as a checkpoint holds it (fp32, SPEC 9).
 using HostState = MainState<float>;
 
 using SampleProvider = std::function<Sample(std::int64_t global_index)>;
-
-// Elements of the flat buffer per norm partial sum (SPEC 6): fixed, so the norm's order is too,
-// and the alignment of the data-parallel shards (sharding.hpp), so a block never straddles two.
-inline constexpr std::int64_t kNormBlockElements = kDataParallelAlignment;
 
 // Consecutive tensors of one decay group as AdamW segments over the flat range [0, N) (SPEC 7).
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout);
@@ -100,18 +87,23 @@ double model_flops(const ModelConfig& config, const std::vector<Sample>& samples
 class Trainer {
  public:
   // Initializes the weights from the config's seed (SPEC 4), moments to 0, counters to 0.
-  // Throws std::invalid_argument for a layout this trainer does not run (TP, PP or CP > 1; DP
-  // different from the collectives' size) and std::runtime_error when the backend cannot be built.
-  // With DP > 1 every rank constructs its Trainer and then calls the same methods in the same
-  // order: run_iteration, host_state and restore exchange data with the other ranks.
+  // Throws std::invalid_argument for a layout this trainer does not run (PP or CP > 1; DP or TP
+  // different from its groups' sizes) and std::runtime_error when the backend cannot be built.
+  // With several ranks every rank constructs its Trainer and then calls the same methods in the
+  // same order: run_iteration, host_state and restore exchange data with the other ranks.
   Trainer(const RunConfig& config, SampleProvider samples, const ProductionOptions& options);
+  Trainer(const Trainer&) = delete;  // its units keep references into it
+  Trainer& operator=(const Trainer&) = delete;
 
   // One iteration: a successful or a skipped update. Fills the record SPEC 12 asks for, with the
   // global batch's numbers on every rank.
   IterationRecord run_iteration();
 
   const RunConfig& config() const { return config_; }
-  const ModelLayout& layout() const { return layout_; }
+  // The model's whole layout (checkpoints, exports, the log header), and this rank's part of it
+  // under tensor parallelism (the same with TP 1).
+  const ModelLayout& layout() const { return split_.full(); }
+  const TensorParallelLayout& tensor_parallel() const { return split_; }
   const Counters& counters() const { return counters_; }
 
   // Evaluation of the validation split (docs/DATA.md section 12), the reference's evaluate on
@@ -125,25 +117,31 @@ class Trainer {
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
   DType compute_dtype() const { return compute_; }
-  Collectives& collectives() const { return *collectives_; }
-  const FlatShards& shards() const { return shards_; }
+  // Every rank of the run, and this rank's data-parallel and tensor-parallel groups.
+  Collectives& collectives() const { return *world_; }
+  Collectives& replicas() const { return *collectives_; }
+  Collectives& tensor_parallel_group() const { return *tp_group_; }
+  bool sequence_parallel() const { return config_.parallel.sequence_parallel && split_.size() > 1; }
+  const FlatShards& shards() const { return exchange_.shards(); }
+  const GradientExchange& exchange() const { return exchange_; }
   // Whether this rank holds only its shard of the main state (--use-distributed-optimizer, DP > 1).
-  bool distributed_optimizer() const { return distributed_; }
+  bool distributed_optimizer() const { return exchange_.distributed(); }
   // The overlap this run does (DP > 1 only), and where the lane runs (comm_lane.hpp): for the log
   // header.
-  bool overlaps_grad_reduce() const { return overlap_grad_reduce_; }
-  bool overlaps_param_gather() const { return overlap_param_gather_; }
-  const char* lane_description() const { return lane_->description(); }
+  bool overlaps_grad_reduce() const { return exchange_.overlaps_grad_reduce(); }
+  bool overlaps_param_gather() const { return exchange_.overlaps_param_gather(); }
+  const char* lane_description() const { return exchange_.lane_description(); }
 
   // The whole main state (downloaded; gathered from the shards with the distributed optimizer),
   // and its restoration (each rank uploads its range, then the compute copy is rebuilt).
   HostState host_state() const;
   void restore(const HostState& state);
 
-  // For sharded checkpoints (core/checkpoint/sharded.hpp), with no exchange between ranks:
-  // this rank's shard of the main state, its slices of the buckets cut at N (it holds them with
-  // either optimizer), and the flat ranges this rank keeps: its slices with the distributed
-  // optimizer, else [0, N).
+  // For sharded checkpoints (core/checkpoint/sharded.hpp), with no exchange between ranks, in
+  // the whole model's flat ranges (a TP rank's part of a row-parallel matrix is a range per
+  // row): this rank's shard of the main state, its slices of the buckets cut at N (it holds them
+  // with either optimizer), and the flat ranges this rank keeps: its slices with the distributed
+  // optimizer, else its whole part.
   std::vector<MainStateSlice<float>> shard_pieces() const;
   std::vector<FlatRange> state_ranges() const;
   // Restores from `pieces`, one per state_ranges() entry and equal to it in range, and the
@@ -151,7 +149,7 @@ class Trainer {
   void restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters);
 
   // --audit-params: which flat elements to report in each iteration record (sorted).
-  void set_audit_elements(std::vector<std::int64_t> elements) { audit_elements_ = std::move(elements); }
+  void set_audit_elements(std::vector<std::int64_t> elements) { audit_->set_elements(std::move(elements)); }
 
   // Tests: keep a host copy of each iteration's reduced, pre-clip main gradient [N] (one
   // download per iteration; gathered from the shards with the distributed optimizer, so with DP > 1
@@ -160,78 +158,77 @@ class Trainer {
   const std::vector<float>& last_gradient() const { return last_gradient_; }
   // The last iteration's masked CE sum (double, summed over rows in order) for tests.
   double last_loss_sum() const { return last_loss_sum_; }
+  // The model (its activation memory: docs/PRODUCTION.md "Memory").
+  const DecoderModel& model() const { return *model_; }
 
  private:
+  // This rank's part of one global batch (SPEC 2) and the global batch's counts (SPEC 5).
+  struct GlobalBatch {
+    std::vector<std::vector<Sample>> microbatches;  // [M][mbs] this rank's samples
+    std::int64_t input_tokens = 0;   // of the global batch, every rank
+    std::int64_t loss_tokens = 0;
+    std::int64_t pad_tokens = 0;
+    std::int64_t rank_loss_tokens = 0;  // of this rank's microbatches
+    double model_flops = 0;          // of the global batch (docs/PRODUCTION.md "Throughput")
+  };
+
+  // The step's phases, in order (run_iteration).
+  GlobalBatch read_global_batch(std::int64_t consumed) const;           // SPEC 2, 5
+  std::vector<float> loss_scales(const GlobalBatch& batch) const;       // SPEC 5
+  void forward_backward_and_reduce(const GlobalBatch& batch);           // SPEC 5, 1
+  double global_loss(const GlobalBatch& batch, std::int64_t iteration); // SPEC 5
+  double clip(const GradientNorm& norm, IterationRecord& record);       // SPEC 6
+  void adamw(std::int64_t step, double lr, double wd);                  // SPEC 7
+  void count_update(IterationRecord& record, bool successful);          // SPEC 8, 1
+
   // This rank's samples of microbatch m of the global batch after `consumed` samples (SPEC 2).
   std::vector<Sample> microbatch_samples(const SampleProvider& source, std::int64_t consumed,
                                          std::int64_t microbatch) const;
   // `partial` + the global batch's masked CE terms from row_losses_, added in SPEC 5's order
   // (collective).
   double global_loss_sum(double partial) const;
-  // One bucket's reduce-scatter (the replicated optimizer: and its all-gather), on the caller's
-  // thread or as a lane's work.
-  void reduce_bucket(std::size_t bucket);
-  // `mine` (this rank's contribution, count elements) := the DP contributions in rank order, the
-  // others in received_grads_'s rows.
-  void sum_in_rank_order(float* mine, std::int64_t count);
-  // Forward/backward of the iteration's microbatches, with the reduction: overlapped with the last
-  // microbatch's backward, or after it.
-  void forward_backward_and_reduce(const std::vector<std::vector<Sample>>& batch,
-                                   const std::vector<float>& loss_scales);
   // The compute copy of this rank's state (converted, or copied with fp32 and the distributed
-  // optimizer), then, with the distributed optimizer, every bucket all-gathered.
-  void publish_compute_weights();
-  // The all-gathers --overlap-param-gather deferred to the next forward, now (evaluation).
-  void finish_compute_weights();
-  void gather_bucket_compute_weights(std::size_t bucket);
+  // optimizer), then the exchange's weight gathers.
+  void publish_compute_weights(GradientExchange::WeightGather when);
+  // The compute weights the model reads: the compute copy, or the fp32 main weights when they are
+  // whole on this rank and fp32 is the compute type.
   const void* compute_weights() const;
-  std::vector<float> gather_flat(const Buffer<float>& state_range) const;
-  // This rank's offset of flat element `flat` in its state buffers, or -1 when it does not keep it.
-  std::int64_t local_offset(std::int64_t flat) const;
-  // read(flat, local, out): this rank's values of an audited element it holds (local: its offset
-  // in the state buffers) into out[0 .. values_per_element).
-  using AuditRead = std::function<void(std::int64_t flat, std::int64_t local, double* out)>;
-  std::vector<double> audited_values(std::size_t values_per_element, const AuditRead& read) const;
-  std::vector<AuditEntry> audit_before_update(const IterationRecord& record) const;
-  void audit_after_update(std::vector<AuditEntry>& entries) const;
+  // Tensor parallelism: with --sequence-parallel the replicated tensors' gradients (partial per
+  // TP rank) summed over TP; the norm's sum of squares over TP (the replicated tensors counted on
+  // TP rank 0 only).
+  void sum_replicated_gradients_over_tp();
+  void sum_shared_key_value_gradients();
+  GradientNorm gradient_norm(bool own_slices);
+  // The local ranges whose elements another TP rank counts in the norm (SPEC 6: every element
+  // once): the replicated tensors off TP rank 0, the shared key/value rows off their first holder.
+  std::vector<FlatRange> not_counted_here() const;
+  // A local buffer [local N] on every rank of the TP group -> the whole model's [N], each TP
+  // rank's elements at their places (collective over TP).
+  std::vector<float> gather_over_tp(const std::vector<float>& local) const;
+  // The whole-model ranges this rank keeps, each TP-local piece expanded.
+  std::vector<FlatRange> full_ranges_of(const std::vector<FlatRange>& local) const;
+  const StepHooks& hooks() const { return *hooks_; }
 
   RunConfig config_;
-  ModelLayout layout_;
+  TensorParallelLayout split_;   // this rank's part of the model (TP 1: the whole)
+  const ModelLayout& layout_;    // split_.local(): the buffers' layout
   SampleProvider samples_;
   ProductionOptions options_;
+  std::shared_ptr<const StepHooks> hooks_;  // options_.hooks, or the identity
   std::unique_ptr<Backend> backend_;
-  std::shared_ptr<Collectives> collectives_;
-  FlatShards shards_;
-  bool distributed_ = false;
-  bool overlap_grad_reduce_ = false;
-  bool overlap_param_gather_ = false;
-  // The main state on this rank, in pieces of the flat buffer: its slices (distributed optimizer)
-  // or [0, N), stored one after another in the state buffers.
-  struct StatePiece {
-    std::int64_t begin = 0;   // flat
-    std::int64_t count = 0;
-    std::int64_t local = 0;   // offset in main_weights_, exp_avg_, exp_avg_sq_
-    std::vector<DecaySegment> segments;  // AdamW's, relative to begin
-  };
-  std::vector<StatePiece> pieces_;
-  std::int64_t state_count_ = 0;  // elements of all pieces
+  std::shared_ptr<Collectives> collectives_;  // the data-parallel ranks
+  std::shared_ptr<Collectives> tp_group_;     // the tensor-parallel ranks
+  std::shared_ptr<Collectives> world_;        // every rank
+  TensorParallelComm tp_comm_;
   DType compute_ = DType::f32;
   Counters counters_;
-  std::vector<std::int64_t> audit_elements_;
 
-  Buffer<float> main_weights_;     // [state_count] fp32
-  Buffer<float> main_grads_;       // [padded] fp32, accumulated over microbatches, zero padding
-  std::int64_t exchange_chunk_ = 0;  // elements of a slice exchanged at once
-  Buffer<float> received_grads_;   // [(DP-1) x exchange_chunk_] the others' contributions
-  Buffer<float> exp_avg_;          // [state_count] fp32 m
-  Buffer<float> exp_avg_sq_;       // [state_count] fp32 v
+  GradientExchange exchange_;
+  MainStateShard state_;
   // [padded] compute copy: bf16 with --bf16; fp32 with the distributed optimizer; empty when the
   // fp32 main weights are whole on this rank and serve as the compute weights.
   ComputeBuffer compute_weights_;
-  bool gather_deferred_ = false;   // --overlap-param-gather: the next forward all-gathers
-  // [padded / DP / kNormBlockElements] this rank's slices' squared-norm partials, bucket by bucket
-  Buffer<double> norm_blocks_;
-  std::unique_ptr<CommLane> lane_;
+  std::unique_ptr<UpdateAudit> audit_;
   Buffer<float> row_losses_;       // [microbatches, mbs*seq] masked CE per position
   std::unique_ptr<DecoderModel> model_;
 

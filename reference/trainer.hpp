@@ -3,9 +3,11 @@
 // It is boring on purpose. Every quantity lives in Real (double, or 50 significant digits for the
 // golden numbers); every sum accumulates in Real; data-parallel replicas are emulated in-process,
 // each with its own gradient buffer, and reduced in rank order, which is exactly what the
-// production reduction across DP ranks must produce. The step reads as the algorithm:
-// count loss tokens of the global batch -> forward/backward each microbatch of each replica ->
-// reduce over replicas -> norm -> finite check -> clip -> AdamW -> schedule -> counters.
+// production reduction across DP ranks must produce. The step (run_iteration) reads as the
+// algorithm, one named call per SPEC rule: count loss tokens of the global batch ->
+// forward/backward each microbatch of each replica -> reduce over replicas -> loss -> norm ->
+// finite check -> clip -> AdamW -> schedule and counters. The test switches and mutants (one
+// TestSwitches object, passed in) are consulted only inside those calls, never on a user's run.
 #pragma once
 
 #include <cstdint>
@@ -97,6 +99,25 @@ class Trainer {
   const Real& last_loss() const { return last_loss_; }
 
  private:
+  // One global batch (SPEC 2): [M][DP][mbs] samples, and its token counts (SPEC 5).
+  struct GlobalBatch {
+    std::vector<std::vector<std::vector<Sample>>> microbatches;
+    std::int64_t input_tokens = 0;
+    std::int64_t loss_tokens = 0;
+    std::int64_t pad_tokens = 0;
+  };
+
+  // The step's phases, in order (run_iteration).
+  GlobalBatch read_global_batch(std::int64_t consumed) const;                       // SPEC 2, 5
+  Real loss_scale(const GlobalBatch& batch, std::int64_t microbatch_loss_tokens) const;  // SPEC 5
+  Real forward_backward(const GlobalBatch& batch);                                  // SPEC 5
+  void reduce_over_replicas(std::int64_t iteration);                                // SPEC 1
+  Real global_loss(const Real& loss_sum, const GlobalBatch& batch, std::int64_t iteration) const;  // SPEC 5
+  Real gradient_norm() const;                                                       // SPEC 6
+  Real clip(const Real& grad_norm, IterationRecord& record);                        // SPEC 6
+  void adamw(std::int64_t step, const Real& lr, const Real& wd, IterationRecord& record);  // SPEC 7
+  void count_update(IterationRecord& record, bool successful);                      // SPEC 8, 1
+
   // The samples of microbatch m on replica r of the global batch that starts after `consumed`
   // samples of `source` (SPEC 2, Megatron's sampler).
   std::vector<Sample> microbatch_samples(const SampleProvider& source, std::int64_t consumed,

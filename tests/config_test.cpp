@@ -98,10 +98,20 @@ TEST(Config, HeadsDivisibleByGroupsAndTp) {
   expect_issue(with(valid(), {"--tensor-model-parallel-size", "8"}), "--num-attention-heads");
 }
 
-TEST(Config, GroupsDivisibleByTp) {
-  expect_issue(with(valid(), {"--group-query-attention", "--num-query-groups", "1",
-                              "--tensor-model-parallel-size", "2"}),
+// Megatron 0.19: G a multiple of TP (the groups split) or a divisor (TP/G ranks share a group).
+TEST(Config, GroupsAMultipleOrADivisorOfTp) {
+  const RunConfig shared = parse(with(valid(), {"--group-query-attention", "--num-query-groups", "1",
+                                                "--tensor-model-parallel-size", "2"}));
+  EXPECT_EQ(shared.model.num_query_groups, 1);
+  EXPECT_EQ(shared.parallel.tensor_parallel, 2);
+  expect_issue(with(valid(), {"--num-attention-heads", "6", "--hidden-size", "48", "--group-query-attention",
+                              "--num-query-groups", "3", "--tensor-model-parallel-size", "2"}),
                "--num-query-groups");
+}
+
+TEST(Config, SequenceParallelSplitsTheSequenceOverTp) {
+  expect_issue(with(valid(), {"--seq-length", "18", "--tensor-model-parallel-size", "4", "--sequence-parallel"}),
+               "--seq-length");
 }
 
 TEST(Config, QueryGroupsNeedGqaFlag) {
@@ -291,7 +301,8 @@ TEST(ConfigThroughTheBinary, EveryRuleExitsTwoNamingItsField) {
       {{"--hidden-size", "30"}, "--hidden-size"},
       {{"--group-query-attention", "--num-query-groups", "3"}, "--num-attention-heads"},
       {{"--tensor-model-parallel-size", "8"}, "--num-attention-heads"},
-      {{"--group-query-attention", "--num-query-groups", "1", "--tensor-model-parallel-size", "2"},
+      {{"--num-attention-heads", "6", "--hidden-size", "48", "--group-query-attention", "--num-query-groups", "3",
+        "--tensor-model-parallel-size", "2"},
        "--num-query-groups"},
       {{"--num-layers", "3", "--pipeline-model-parallel-size", "2"}, "--num-layers"},
       {{"--ffn-hidden-size", "65", "--tensor-model-parallel-size", "2"}, "--ffn-hidden-size"},

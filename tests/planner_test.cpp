@@ -213,7 +213,14 @@ RC_GTEST_PROP(Planner, RecomputeStoresLessActivations, ()) {
   options.recompute = RecomputeGranularity::full;
   const double full = make_plan(config, options).memory.activation_bytes_per_layer;
   RC_ASSERT(full < selective);
-  RC_ASSERT(selective < none);  // none adds the H x s^2 attention scores
+  // tandem's attention is flash-style: selective recomputation has nothing left to save.
+  RC_ASSERT(selective == none);
+  // Megatron's count without flash attention: none adds the H x s^2 attention scores.
+  options.recompute = RecomputeGranularity::none;
+  const double megatron_none = make_plan(config, options).memory.megatron_activation_bytes_per_layer;
+  options.recompute = RecomputeGranularity::selective;
+  const double megatron_selective = make_plan(config, options).memory.megatron_activation_bytes_per_layer;
+  RC_ASSERT(megatron_selective < megatron_none);
 }
 
 TEST(Planner, FirstStageHoldsMinOfStagesAndMicrobatchesInFlight) {
@@ -232,15 +239,16 @@ TEST(Planner, FirstStageHoldsMinOfStagesAndMicrobatchesInFlight) {
 
 TEST(Planner, ActivationsFollowTheDocumentedFormula) {
   // docs/PLANNER.md, no recompute, bf16 (2 bytes), TP 1, CP 1, s = 16, b = 1, d = 32, kv = 32,
-  // F = 64, H = 4: 2 x (4 s d + 2 s d + 2 s kv + 3 s F + H s^2).
+  // F = 64, H = 4. tandem's trainer: 2 x (4 s d + 2 s d + 2 s kv + 3 s F) + 4 x (2 s + H s);
+  // Megatron's count without flash attention: 2 x (4 s d + 2 s d + 2 s kv + 3 s F + H s^2).
   const Plan plan = make_plan(parse_run({"--num-layers", "2", "--hidden-size", "32",
                                          "--num-attention-heads", "4", "--ffn-hidden-size", "64",
                                          "--seq-length", "16", "--global-batch-size", "4",
                                          "--train-samples", "8", "--bf16"}),
                               PlanOptions{});
-  const double expected =
-      2.0 * (4 * 16 * 32 + 2 * 16 * 32 + 2 * 16 * 32 + 3 * 16 * 64 + 4 * 16 * 16);
-  EXPECT_EQ(plan.memory.activation_bytes_per_layer, expected);  // exact: small integers
+  const double compute = 4 * 16 * 32 + 2 * 16 * 32 + 2 * 16 * 32 + 3 * 16 * 64;
+  EXPECT_EQ(plan.memory.activation_bytes_per_layer, 2.0 * compute + 4.0 * (2 * 16 + 4 * 16));  // exact
+  EXPECT_EQ(plan.memory.megatron_activation_bytes_per_layer, 2.0 * (compute + 4 * 16 * 16));
 }
 
 // ---- Warnings ----

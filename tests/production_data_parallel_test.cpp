@@ -28,6 +28,7 @@
 #include "equivalence/tolerance.hpp"
 #include "production/checkpointing.hpp"
 #include "production/collectives/mpi.hpp"
+#include "production/collectives/staged.hpp"
 #include "production/collectives/thread_group.hpp"
 #include "production/local_ranks.hpp"
 #include "production/sharding.hpp"
@@ -142,45 +143,61 @@ TEST(MpiLauncher, IsRecognizedByOpenMpiPmixOrPmiVariablesAndOnlyThen) {
   }
 }
 
-TEST(ThreadGroup, ExchangesMoveExactlyTheDocumentedBytes) {
-  constexpr int kRanks = 3;
+// Every exchange of `collectives` (rank `rank` of kRanks) moves exactly the documented bytes.
+constexpr int kRanks = 3;
+void exchange_documented_bytes(production::Collectives& collectives, int rank) {
   constexpr std::int64_t kChunk = 2;
+  // send_receive, every ring step: rank r sends 100 r + 10 step + i to rank r + step and
+  // receives from rank r - step.
+  for (int step = 1; step < kRanks; ++step) {
+    const int to = (rank + step) % kRanks;
+    const int from = (rank - step + kRanks) % kRanks;
+    std::vector<float> sent(kChunk);
+    for (int i = 0; i < kChunk; ++i) sent[static_cast<std::size_t>(i)] = static_cast<float>(100 * rank + 10 * step + i);
+    std::vector<float> received(kChunk, -1.0f);
+    collectives.send_receive(sent.data(), to, received.data(), from, kChunk);
+    for (int i = 0; i < kChunk; ++i) {
+      if (received[static_cast<std::size_t>(i)] != static_cast<float>(100 * from + 10 * step + i)) {
+        throw std::runtime_error("send_receive: rank " + std::to_string(rank) + " got a wrong value from " +
+                                 std::to_string(from) + " in step " + std::to_string(step));
+      }
+    }
+  }
+  // all_gather_in_place: every rank fills only its part.
+  std::vector<std::int32_t> parts(kRanks, -1);
+  parts[static_cast<std::size_t>(rank)] = 7 * rank;
+  collectives.all_gather_in_place(parts.data(), sizeof(std::int32_t));
+  for (int r = 0; r < kRanks; ++r) {
+    if (parts[static_cast<std::size_t>(r)] != 7 * r) throw std::runtime_error("all_gather_in_place: wrong part");
+  }
+  // Exchanges of nothing are allowed (a null pointer with no bytes, as an empty vector has).
+  collectives.all_gather_host(nullptr, nullptr, 0);
+  collectives.send_receive(nullptr, (rank + 1) % kRanks, nullptr, (rank + kRanks - 1) % kRanks, 0);
+  const std::vector<double> mine = {static_cast<double>(rank), 0.5};
+  const std::vector<double> all = production::all_gather_values(collectives, mine);
+  for (int r = 0; r < kRanks; ++r) {
+    if (all[static_cast<std::size_t>(2 * r)] != r || all[static_cast<std::size_t>(2 * r + 1)] != 0.5) {
+      throw std::runtime_error("all_gather_host: wrong values");
+    }
+  }
+}
+
+TEST(ThreadGroup, ExchangesMoveExactlyTheDocumentedBytes) {
   const auto group = production::make_thread_group(kRanks);
   production::run_thread_group(group, [&](int rank) {
-    production::Collectives& collectives = *group[static_cast<std::size_t>(rank)];
-    // send_receive, every ring step: rank r sends 100 r + 10 step + i to rank r + step and
-    // receives from rank r - step.
-    for (int step = 1; step < kRanks; ++step) {
-      const int to = (rank + step) % kRanks;
-      const int from = (rank - step + kRanks) % kRanks;
-      std::vector<float> sent(kChunk);
-      for (int i = 0; i < kChunk; ++i) sent[static_cast<std::size_t>(i)] = static_cast<float>(100 * rank + 10 * step + i);
-      std::vector<float> received(kChunk, -1.0f);
-      collectives.send_receive(sent.data(), to, received.data(), from, kChunk);
-      for (int i = 0; i < kChunk; ++i) {
-        if (received[static_cast<std::size_t>(i)] != static_cast<float>(100 * from + 10 * step + i)) {
-          throw std::runtime_error("send_receive: rank " + std::to_string(rank) + " got a wrong value from " +
-                                   std::to_string(from) + " in step " + std::to_string(step));
-        }
-      }
-    }
-    // all_gather_in_place: every rank fills only its part.
-    std::vector<std::int32_t> parts(kRanks, -1);
-    parts[static_cast<std::size_t>(rank)] = 7 * rank;
-    collectives.all_gather_in_place(parts.data(), sizeof(std::int32_t));
-    for (int r = 0; r < kRanks; ++r) {
-      if (parts[static_cast<std::size_t>(r)] != 7 * r) throw std::runtime_error("all_gather_in_place: wrong part");
-    }
-    // Exchanges of nothing are allowed (a null pointer with no bytes, as an empty vector has).
-    collectives.all_gather_host(nullptr, nullptr, 0);
-    collectives.send_receive(nullptr, (rank + 1) % kRanks, nullptr, (rank + kRanks - 1) % kRanks, 0);
-    const std::vector<double> mine = {static_cast<double>(rank), 0.5};
-    const std::vector<double> all = production::all_gather_values(collectives, mine);
-    for (int r = 0; r < kRanks; ++r) {
-      if (all[static_cast<std::size_t>(2 * r)] != r || all[static_cast<std::size_t>(2 * r + 1)] != 0.5) {
-        throw std::runtime_error("all_gather_host: wrong values");
-      }
-    }
+    exchange_documented_bytes(*group[static_cast<std::size_t>(rank)], rank);
+  });
+}
+
+// The cuda backend's transport for ranks that share a device (collectives/staged.hpp), here over
+// the host backend and a thread group: the same bytes as the host collectives underneath.
+TEST(HostStagedCollectives, MoveExactlyTheBytesOfTheHostCollectivesUnderneath) {
+  const auto group = production::make_thread_group(kRanks);
+  production::run_thread_group(group, [&](int rank) {
+    auto backend = production::make_host_backend();
+    const auto staged = production::make_host_staged_collectives(*backend, group[static_cast<std::size_t>(rank)]);
+    if (staged->callable_from_other_threads()) throw std::runtime_error("a lane's worker must not call it");
+    exchange_documented_bytes(*staged, rank);
   });
 }
 
@@ -219,8 +236,8 @@ RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distrib
 // rank together.
 class Ranks {
  public:
-  explicit Ranks(const RunConfig& config, production::TestSwitches switches = {})
-      : ranks_(config, testing::tiny_production_samples(), options(switches), production::LocalRanks::Transport::threads) {}
+  explicit Ranks(const RunConfig& config, const production::FaultSchedule& faults = {})
+      : ranks_(config, testing::tiny_production_samples(), options(faults), production::LocalRanks::Transport::threads) {}
   // Every rank's record of one iteration.
   std::vector<IterationRecord> run_iteration() {
     std::vector<IterationRecord> records(ranks_.size());
@@ -259,10 +276,10 @@ class Ranks {
   Trainer& rank(int r) { return ranks_.at(static_cast<std::size_t>(r)); }
 
  private:
-  static production::ProductionOptions options(const production::TestSwitches& switches) {
+  static production::ProductionOptions options(const production::FaultSchedule& faults) {
     production::ProductionOptions out;
     out.device = production::Device::cpu;
-    out.switches = switches;
+    out.hooks = production::make_test_hooks(faults);
     return out;
   }
   production::LocalRanks ranks_;
@@ -698,9 +715,9 @@ TEST(DataParallel, ACorruptedShardIsRefusedNamingTheFile) {
 }
 
 TEST(DataParallel, ANonFiniteGradientSkipsTheUpdateOnEveryRank) {
-  production::TestSwitches switches;
-  switches.nonfinite_gradient_iterations = {2};
-  Ranks ranks(tiny_run(2, 4, false, true), switches);
+  production::FaultSchedule faults;
+  faults.nonfinite_gradient_iterations = {2};
+  Ranks ranks(tiny_run(2, 4, false, true), faults);
   ranks.run_iteration();
   const HostState before = ranks.state();
   const auto records = ranks.run_iteration();

@@ -324,7 +324,9 @@ TEST(ProductionTrainer, NonFiniteGradientSkipsTheUpdateAsTheReferenceDoes) {
   ref_switches.nonfinite_gradient_iterations = {2};
   reference::Trainer<double> ref(config, testing::tiny_production_samples(), ref_switches);
   production::ProductionOptions options = cpu_options();
-  options.switches.nonfinite_gradient_iterations = {2};
+  production::FaultSchedule faults;
+  faults.nonfinite_gradient_iterations = {2};
+  options.hooks = production::make_test_hooks(faults);
   production::Trainer prod(config, testing::tiny_production_samples(), options);
   prod.run_iteration();
   ref.run_iteration();

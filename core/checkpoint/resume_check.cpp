@@ -2,6 +2,8 @@
 #include "core/checkpoint/resume_check.hpp"
 
 #include <array>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -83,6 +85,51 @@ std::string describe(const SettingChange& change) {
   return change.argument + " changed: the checkpoint's run had " + change.saved + ", this run has " + change.resumed;
 }
 
+namespace {
+
+// SPEC 13: the padded vocabulary is Megatron's round_up(V, --make-vocab-size-divisible-by x TP),
+// so it changes with TP: name both layouts, and the divisor that gives the checkpoint's rows here.
+ConfigIssue padded_vocabulary_issue(const nlohmann::json& saved, const RunConfig& resumed) {
+  const auto saved_number = [&saved](const char* pointer) -> std::int64_t {
+    const nlohmann::json::json_pointer at{pointer};
+    return saved.contains(at) && saved.at(at).is_number_integer() ? saved.at(at).get<std::int64_t>() : 0;
+  };
+  const std::int64_t saved_rows = saved_number("/model/padded_vocab_size");
+  const std::int64_t tp = resumed.parallel.tensor_parallel;
+  const auto layout = [](std::int64_t tensor, std::int64_t data, std::int64_t pipeline) {
+    return "TP " + std::to_string(tensor) + " x DP " + std::to_string(data) + " x PP " + std::to_string(pipeline);
+  };
+  std::string rule = "the padded vocabulary would be " + std::to_string(resumed.model.padded_vocab_size) +
+                     " rows (--vocab-size " + std::to_string(resumed.model.vocab_size) + " rounded up to a multiple of " +
+                     std::to_string(resumed.model.make_vocab_size_divisible_by) + " x TP " + std::to_string(tp) +
+                     ", this run's layout " +
+                     layout(tp, resumed.parallel.data_parallel, resumed.parallel.pipeline_parallel) +
+                     "), the checkpoint's is " + std::to_string(saved_rows) + " rows (" +
+                     std::to_string(saved_number("/model/make_vocab_size_divisible_by")) + " x TP " +
+                     std::to_string(saved_number("/parallel/tensor_parallel")) + ", written at " +
+                     layout(saved_number("/parallel/tensor_parallel"), saved_number("/parallel/data_parallel"),
+                            saved_number("/parallel/pipeline_parallel")) +
+                     "): the embedding and output tensors would not fit";
+  std::string fix = "resume at the checkpoint's TP, or start a fresh run without --load";
+  // The smallest divisor m with round_up(V, m x TP) = the checkpoint's rows (m = rows / TP always is one).
+  if (saved_rows > 0 && saved_rows % tp == 0 && saved_rows >= resumed.model.vocab_size) {
+    const std::int64_t vocab = resumed.model.vocab_size;
+    std::int64_t divisor = saved_rows / tp;
+    for (std::int64_t m = 1; m < saved_rows / tp; ++m) {
+      if ((vocab + m * tp - 1) / (m * tp) * (m * tp) == saved_rows) {
+        divisor = m;
+        break;
+      }
+    }
+    fix = "add --make-vocab-size-divisible-by " + std::to_string(divisor) + " (rounding " + std::to_string(vocab) +
+          " up to a multiple of " + std::to_string(divisor * tp) + " gives the checkpoint's " +
+          std::to_string(saved_rows) + " rows at TP " + std::to_string(tp) + "), or resume at the checkpoint's TP";
+  }
+  return {"--make-vocab-size-divisible-by", std::to_string(resumed.model.make_vocab_size_divisible_by), rule, fix};
+}
+
+}  // namespace
+
 std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run_config,
                                                  const RunConfig& resumed) {
   const bool override_allowed = resumed.checkpoint.override_opt_param_scheduler;
@@ -99,6 +146,8 @@ std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run
                             " (SPEC 9)",
                         "pass " + change.saved + " as the checkpoint did, or add "
                             "--override-opt-param-scheduler to take the new value"});
+    } else if (change.argument == "--make-vocab-size-divisible-by") {
+      issues.push_back(padded_vocabulary_issue(saved_run_config, resumed));
     } else {
       issues.push_back({change.argument, change.resumed,
                         "changes the model's shape from the checkpoint's " + change.saved +

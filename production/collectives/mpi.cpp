@@ -6,6 +6,8 @@
 #include <climits>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace tandem::production {
 namespace {
@@ -29,32 +31,39 @@ int int_count(std::int64_t count, const char* exchange) {
 
 class MpiCollectives final : public Collectives {
  public:
-  MpiCollectives() {
-    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
-    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  // `communicator` is MPI_COMM_WORLD, or a sub-communicator this object owns and frees.
+  MpiCollectives(MPI_Comm communicator, bool owned, std::string name)
+      : communicator_(communicator), owned_(owned), name_(std::move(name)) {
+    check(MPI_Comm_rank(communicator_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(communicator_, &size_), "MPI_Comm_size");
+  }
+  ~MpiCollectives() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized) MPI_Comm_free(&communicator_);  // status deliberately ignored
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string description() const override {
-    return "MPI (host memory), " + std::to_string(size_) + " ranks";
+    return "MPI (host memory), " + (name_.empty() ? "" : name_ + " of ") + std::to_string(size_) + " ranks";
   }
   void all_gather_host(const double* sent, double* received, std::int64_t count) override {
     const int n = int_count(count, "all_gather_host");
-    check(MPI_Allgather(sent, n, MPI_DOUBLE, received, n, MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather");
+    check(MPI_Allgather(sent, n, MPI_DOUBLE, received, n, MPI_DOUBLE, communicator_), "MPI_Allgather");
   }
   void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
     const int n = int_count(count, "send_receive");
     constexpr int kTag = 0;  // one exchange at a time: the ranks call it in the same order
-    check(MPI_Sendrecv(sent, n, MPI_FLOAT, to, kTag, received, n, MPI_FLOAT, from, kTag, MPI_COMM_WORLD,
+    check(MPI_Sendrecv(sent, n, MPI_FLOAT, to, kTag, received, n, MPI_FLOAT, from, kTag, communicator_,
                        MPI_STATUS_IGNORE),
           "MPI_Sendrecv");
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
     const int n = int_count(chunk_bytes, "all_gather_in_place");
-    check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, n, MPI_BYTE, MPI_COMM_WORLD),
+    check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, n, MPI_BYTE, communicator_),
           "MPI_Allgather");
   }
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void barrier() override { check(MPI_Barrier(communicator_), "MPI_Barrier"); }
   bool callable_from_other_threads() const override {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
@@ -62,9 +71,18 @@ class MpiCollectives final : public Collectives {
   }
 
  private:
+  MPI_Comm communicator_ = MPI_COMM_NULL;
+  bool owned_ = false;
+  std::string name_;  // "tensor group"; empty for the world
   int rank_ = 0;
   int size_ = 1;
 };
+
+void require_session(const char* caller) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw std::logic_error(std::string(caller) + ": no active MpiSession");
+}
 
 }  // namespace
 
@@ -92,6 +110,7 @@ MpiSession::MpiSession(bool force) {
   check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
         "MPI_Comm_split_type");
   check(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(node, &local_size_), "MPI_Comm_size");
   MPI_Comm_free(&node);
 }
 
@@ -109,10 +128,35 @@ void MpiSession::abort(int exit_code) const {
 }
 
 std::shared_ptr<Collectives> make_mpi_collectives() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) throw std::logic_error("make_mpi_collectives: no active MpiSession");
-  return std::make_shared<MpiCollectives>();
+  require_session("make_mpi_collectives");
+  return std::make_shared<MpiCollectives>(MPI_COMM_WORLD, false, std::string());
+}
+
+std::shared_ptr<Collectives> make_mpi_group_collectives(const RankGrid& grid, RankGroupKind kind) {
+  require_session("make_mpi_group_collectives");
+  int world_rank = 0;
+  int world_size = 1;
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size");
+  if (grid.world_size() != world_size) {
+    throw std::invalid_argument("make_mpi_group_collectives: the grid " + grid.describe() + " does not hold the " +
+                                std::to_string(world_size) + " ranks the launcher started");
+  }
+  const std::int64_t index = grid.group_index(kind, world_rank);
+  // The key orders a group's members by world rank, so a member's rank in the communicator is its
+  // index in grid.members(kind, rank).
+  MPI_Comm group = MPI_COMM_NULL;
+  check(MPI_Comm_split(MPI_COMM_WORLD, index < 0 ? MPI_UNDEFINED : static_cast<int>(index), world_rank, &group),
+        "MPI_Comm_split");
+  if (group == MPI_COMM_NULL) return nullptr;
+  check(MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  auto made = std::make_shared<MpiCollectives>(group, true, std::string(to_string(kind)) + " group");
+  if (made->rank() != grid.rank_in_group(kind, world_rank)) {
+    throw std::logic_error("make_mpi_group_collectives: MPI numbered world rank " + std::to_string(world_rank) +
+                           " as " + std::to_string(made->rank()) + " in its " + to_string(kind) + " group, the grid as " +
+                           std::to_string(grid.rank_in_group(kind, world_rank)));
+  }
+  return made;
 }
 
 }  // namespace tandem::production

@@ -2,11 +2,12 @@
 #include "production/collectives/nccl.hpp"
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "production/collectives/mpi.hpp"
 
@@ -21,14 +22,14 @@ void check(ncclResult_t status, const char* call) {
 
 class NcclCollectives final : public Collectives {
  public:
-  explicit NcclCollectives(Backend& backend)
-      : control_(make_mpi_collectives()), backend_(&backend) {
-    ncclUniqueId id{};
-    if (control_->rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
-      throw std::runtime_error("MPI_Bcast of the NCCL unique id failed");
-    }
-    check(ncclCommInitRank(&comm_, control_->size(), id, control_->rank()), "ncclCommInitRank");
+  // Over the ranks of `control` (host-memory collectives: MPI_COMM_WORLD or a grid group), which
+  // also carries the unique id from the group's first rank to the others.
+  NcclCollectives(Backend& backend, std::shared_ptr<Collectives> control)
+      : control_(std::move(control)), backend_(&backend) {
+    std::vector<ncclUniqueId> ids(static_cast<std::size_t>(control_->size()));  // [ranks]; rank 0's is used
+    if (control_->rank() == 0) check(ncclGetUniqueId(&ids[0]), "ncclGetUniqueId");
+    control_->all_gather_in_place(ids.data(), static_cast<std::int64_t>(sizeof(ncclUniqueId)));
+    check(ncclCommInitRank(&comm_, control_->size(), ids[0], control_->rank()), "ncclCommInitRank");
   }
   ~NcclCollectives() override { ncclCommDestroy(comm_); }  // status deliberately ignored
 
@@ -37,8 +38,7 @@ class NcclCollectives final : public Collectives {
   std::string description() const override {
     int version = 0;
     ncclGetVersion(&version);
-    return "NCCL " + std::to_string(version) + " (device memory) + MPI control, " +
-           std::to_string(size()) + " ranks";
+    return "NCCL " + std::to_string(version) + " (device memory) + control by " + control_->description();
   }
   void all_gather_host(const double* sent, double* received, std::int64_t count) override {
     control_->all_gather_host(sent, received, count);
@@ -74,12 +74,13 @@ class NcclCollectives final : public Collectives {
 
 }  // namespace
 
-std::shared_ptr<Collectives> make_nccl_collectives(Backend& backend) {
+std::shared_ptr<Collectives> make_nccl_collectives(Backend& backend, std::shared_ptr<Collectives> control) {
   if (backend.device() != Device::cuda) {
     throw std::invalid_argument("make_nccl_collectives: NCCL moves device memory; the backend is " +
                                 to_string(backend.device()));
   }
-  return std::make_shared<NcclCollectives>(backend);
+  if (!control) control = make_mpi_collectives();
+  return std::make_shared<NcclCollectives>(backend, std::move(control));
 }
 
 }  // namespace tandem::production

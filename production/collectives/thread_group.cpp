@@ -105,6 +105,12 @@ std::vector<std::shared_ptr<Collectives>> make_thread_group(int size) {
   return group;
 }
 
+void abandon_thread_groups(const std::vector<std::shared_ptr<Collectives>>& members) {
+  for (const auto& member : members) {
+    if (auto* rank = dynamic_cast<ThreadRank*>(member.get())) rank->abandon();
+  }
+}
+
 void run_thread_group(const std::vector<std::shared_ptr<Collectives>>& group,
                       const std::function<void(int rank)>& body) {
   std::vector<std::exception_ptr> failures(group.size());

@@ -22,4 +22,9 @@ std::vector<std::shared_ptr<Collectives>> make_thread_group(int size);
 void run_thread_group(const std::vector<std::shared_ptr<Collectives>>& group,
                       const std::function<void(int rank)>& body);
 
+// Abandons the groups of these members (each of make_thread_group's collectives): every rank
+// waiting in any of them, and every later call, throws "thread group abandoned". For ranks that
+// belong to several groups (tensor x data parallel on threads): when one fails, all its groups go.
+void abandon_thread_groups(const std::vector<std::shared_ptr<Collectives>>& members);
+
 }  // namespace tandem::production

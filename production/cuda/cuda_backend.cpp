@@ -112,6 +112,9 @@ class CudaBackend final : public Backend {
   void attention_forward(const AttentionForwardParams& p) override { attention_forward_cuda(p, launch_); }
   void attention_backward(const AttentionBackwardParams& p) override { attention_backward_cuda(p, launch_); }
   void cross_entropy(const CrossEntropyParams& p) override { cross_entropy_cuda(p, launch_); }
+  void vocab_parallel_cross_entropy(const VocabParallelCrossEntropyParams& p) override {
+    vocab_parallel_cross_entropy_cuda(p, launch_);
+  }
   void gemm(const GemmParams& p) override { gemm_cuda(p, launch_); }
   void convert(const ConvertParams& p) override { convert_cuda(p, launch_); }
   void add(const AddParams& p) override { add_cuda(p, launch_); }

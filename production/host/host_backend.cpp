@@ -54,6 +54,9 @@ class HostBackend final : public Backend {
   void attention_forward(const AttentionForwardParams& p) override { attention_forward_host(p); }
   void attention_backward(const AttentionBackwardParams& p) override { attention_backward_host(p); }
   void cross_entropy(const CrossEntropyParams& p) override { cross_entropy_host(p); }
+  void vocab_parallel_cross_entropy(const VocabParallelCrossEntropyParams& p) override {
+    vocab_parallel_cross_entropy_host(p);
+  }
   void gemm(const GemmParams& p) override { gemm_host(p); }
   void convert(const ConvertParams& p) override { convert_host(p); }
   void add(const AddParams& p) override { add_host(p); }

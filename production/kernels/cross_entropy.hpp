@@ -30,7 +30,46 @@ struct CrossEntropyParams {
   DType grad_dtype = DType::f32;            // the compute dtype (the backward GEMMs' input)
 };
 
+// The vocabulary-parallel masked cross-entropy of tensor parallelism (Megatron's
+// VocabParallelCrossEntropy; production/tensor_parallel.hpp): each of `ranks` TP ranks holds the
+// fp32 logits of its vocabulary rows [vocab_begin, vocab_begin + vocab) for a chunk of rows, and
+// the full logits never exist anywhere. Three phases, the trainer's all-gathers between them
+// ([ranks, rows], rank order):
+//   local_max:  row_stats[t] = max_c z[t, c] over the local vocabulary (fmax, c increasing);
+//   local_sums: M_t = the maximum of maxima[., t]; row_stats[t] = sum_c exp(z[t, c] - M_t) in fp32,
+//               c increasing; row_targets[t] = z[t, label - vocab_begin] when this rank holds the
+//               label, else 0;
+//   finish:     S_t = ((normalizers[0, t] + normalizers[1, t]) + ...) in fp32; lse = M_t + log(S_t);
+//               row_losses[t] = lse - targets[owner, t] (owner: the rank holding the label);
+//               logits_grad[t, c] = loss_scale * (exp(z[t, c] - lse) - [c == label - vocab_begin]);
+//               rows with loss_mask 0: row_losses 0 and logits_grad 0; logits_grad = nullptr: loss
+//               only, as cross_entropy.
+// With ranks = 1 the host twin computes cross_entropy_host's values bit for bit.
+enum class VocabParallelPhase { local_max, local_sums, finish };
+
+struct VocabParallelCrossEntropyParams {
+  VocabParallelPhase phase = VocabParallelPhase::local_max;
+  const float* logits = nullptr;            // [rows, vocab] fp32, this rank's vocabulary rows
+  const std::int32_t* labels = nullptr;     // [rows], in [0, vocab x ranks)
+  const std::uint8_t* loss_mask = nullptr;  // [rows]
+  std::int64_t rows = 0;
+  std::int64_t vocab = 0;                   // this rank's vocabulary rows
+  std::int64_t vocab_begin = 0;             // its first
+  std::int64_t ranks = 1;                   // TP
+  const float* maxima = nullptr;            // [ranks, rows] local_max's outputs (local_sums, finish)
+  const float* normalizers = nullptr;       // [ranks, rows] local_sums' row_stats (finish)
+  const float* targets = nullptr;           // [ranks, rows] local_sums' row_targets (finish)
+  float* row_stats = nullptr;               // [rows] out: local_max, local_sums
+  float* row_targets = nullptr;             // [rows] out: local_sums
+  float* row_losses = nullptr;              // [rows] out: finish
+  void* logits_grad = nullptr;              // [rows, vocab] grad_dtype, may alias logits (f32)
+  float loss_scale = 0.0f;
+  DType grad_dtype = DType::f32;
+};
+
 void cross_entropy_host(const CrossEntropyParams& params);
 void cross_entropy_cuda(const CrossEntropyParams& params, const CudaLaunch& launch);
+void vocab_parallel_cross_entropy_host(const VocabParallelCrossEntropyParams& params);
+void vocab_parallel_cross_entropy_cuda(const VocabParallelCrossEntropyParams& params, const CudaLaunch& launch);
 
 }  // namespace tandem::production

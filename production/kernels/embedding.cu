@@ -14,11 +14,17 @@ constexpr int kThreads = 256;
 
 template <class T>
 __global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* table, T* output,
-                                         std::int64_t rows, std::int64_t width) {
+                                         std::int64_t rows, std::int64_t width, std::int64_t vocab_begin,
+                                         std::int64_t vocab_rows) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * width) return;
   const std::int64_t t = i / width;
-  output[i] = table[static_cast<std::int64_t>(tokens[t]) * width + i % width];
+  const std::int64_t row = static_cast<std::int64_t>(tokens[t]) - vocab_begin;
+  if (vocab_rows >= 0 && (row < 0 || row >= vocab_rows)) {  // another rank's row: zeros
+    store(output, i, 0.0f);
+    return;
+  }
+  output[i] = table[row * width + i % width];
 }
 
 // sorted[rank(t)] = t with rank(t) = #{u : (tokens[u], u) < (tokens[t], t)}: a stable counting of
@@ -47,13 +53,15 @@ __global__ void embedding_rank_kernel(const std::int32_t* tokens, std::int32_t* 
 template <class T>
 __global__ void embedding_backward_kernel(const std::int32_t* tokens, const std::int32_t* sorted,
                                           const T* output_grad, float* table_grad, std::int64_t rows,
-                                          std::int64_t width) {
+                                          std::int64_t width, std::int64_t vocab_begin, std::int64_t vocab) {
   const std::int64_t first = blockIdx.x;
   const std::int32_t token = tokens[sorted[first]];
   if (first > 0 && tokens[sorted[first - 1]] == token) return;
+  const std::int64_t local = static_cast<std::int64_t>(token) - vocab_begin;
+  if (local < 0 || local >= vocab) return;  // another rank's row
   std::int64_t end = first + 1;
   while (end < rows && tokens[sorted[end]] == token) ++end;
-  float* row = table_grad + static_cast<std::int64_t>(token) * width;  // [width]
+  float* row = table_grad + local * width;  // [width]
   for (std::int64_t j = threadIdx.x; j < width; j += blockDim.x) {
     float sum = row[j];
     for (std::int64_t k = first; k < end; ++k) {
@@ -70,7 +78,8 @@ void embedding_forward_cuda(const EmbeddingForwardParams& p, const CudaLaunch& l
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     embedding_forward_kernel<T><<<blocks_for(p.rows * p.width, kThreads), kThreads, 0, stream_of(launch)>>>(
-        p.tokens, static_cast<const T*>(p.table), static_cast<T*>(p.output), p.rows, p.width);
+        p.tokens, static_cast<const T*>(p.table), static_cast<T*>(p.output), p.rows, p.width, p.vocab_begin,
+        p.vocab_rows);
   });
   TANDEM_CUDA_CHECK_LAUNCH(embedding_forward_kernel);
 }
@@ -85,7 +94,8 @@ void embedding_backward_cuda(const EmbeddingBackwardParams& p, const CudaLaunch&
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     embedding_backward_kernel<T><<<blocks_for(p.rows, 1), kThreads, 0, stream_of(launch)>>>(
-        p.tokens, sorted, static_cast<const T*>(p.output_grad), p.table_grad, p.rows, p.width);
+        p.tokens, sorted, static_cast<const T*>(p.output_grad), p.table_grad, p.rows, p.width, p.vocab_begin,
+        p.vocab);
   });
   TANDEM_CUDA_CHECK_LAUNCH(embedding_backward_kernel);
 }

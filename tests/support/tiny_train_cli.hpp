@@ -49,21 +49,24 @@ class TinyTrainCli : public ::testing::Test {
     return arguments;
   }
 
-  // SPEC 9 through the binary: `arguments(extra)` builds a run's command line. The run goes
-  // straight to iteration `last` into ROOT/NAME-straight, and into ROOT/NAME-resumed it stops at
-  // `stop` (--exit-interval) and resumes with --load; the final checkpoints must hold the same
-  // tensor files, byte for byte, and the same counters. Returns the resumed save directory.
+  // SPEC 9 through the binary: `arguments(extra)` builds a run's command line, started through
+  // `launcher` (empty: one process; testing::mpirun_prefix(N): N ranks). The run goes straight to
+  // iteration `last` into ROOT/NAME-straight, and into ROOT/NAME-resumed it stops at `stop`
+  // (--exit-interval) and resumes with --load; the final checkpoints must hold the same tensor
+  // files, byte for byte, and the same counters. Returns the resumed save directory.
   std::filesystem::path expect_resume_equals_straight(
       const std::string& name, const std::function<std::vector<std::string>(std::vector<std::string>)>& arguments,
-      int stop, int last) const {
+      int stop, int last, const std::string& launcher = "") const {
     const auto straight = root_ / (name + "-straight");
     const auto resumed = root_ / (name + "-resumed");
     const auto stop_text = std::to_string(stop);
-    EXPECT_EQ(run_tandem(arguments({"--save", straight.string()}), "", "2>&1").exit_code, 0) << name;
-    const auto first = run_tandem(arguments({"--save", resumed.string(), "--exit-interval", stop_text}), "", "2>&1");
+    const auto whole = run_tandem(arguments({"--save", straight.string()}), launcher, "2>&1");
+    EXPECT_EQ(whole.exit_code, 0) << name << ": " << whole.output;
+    const auto first = run_tandem(arguments({"--save", resumed.string(), "--exit-interval", stop_text}), launcher, "2>&1");
     EXPECT_EQ(first.exit_code, 0) << name << ": " << first.output;
     EXPECT_EQ(checkpoint_iterations(resumed), std::vector<std::string>{iteration_name(stop)}) << name;
-    const auto second = run_tandem(arguments({"--save", resumed.string(), "--load", resumed.string()}), "", "2>&1");
+    const auto second =
+        run_tandem(arguments({"--save", resumed.string(), "--load", resumed.string()}), launcher, "2>&1");
     EXPECT_EQ(second.exit_code, 0) << name << ": " << second.output;
     const auto final_name = iteration_name(last);
     EXPECT_EQ(tensor_files_of(straight / final_name), tensor_files_of(resumed / final_name)) << name;

@@ -1,0 +1,51 @@
+// The test hooks (step_hooks.hpp): injected faults and the production-side mutants.
+#include "production/step_hooks.hpp"
+
+#include <cmath>
+
+namespace tandem::production {
+namespace {
+
+class TestHooks final : public StepHooks {
+ public:
+  TestHooks(FaultSchedule faults, ProductionMutants mutants) : faults_(std::move(faults)), mutants_(mutants) {}
+
+  std::int64_t loss_denominator(std::int64_t global_loss_tokens, std::int64_t rank_loss_tokens) const override {
+    return mutants_.rank_local_loss_denominator ? rank_loss_tokens : global_loss_tokens;
+  }
+  bool adds_replica_contributions() const override { return !mutants_.unreduced_gradients; }
+  void after_reduction(std::int64_t iteration, const ReducedGradient& gradient) const override {
+    if (faults_.nonfinite_gradient_iterations.count(iteration) != 0) gradient.set(0, std::nanf(""));
+  }
+  double loss(std::int64_t iteration, double loss) const override {
+    return faults_.nonfinite_loss_iterations.count(iteration) != 0 ? faults_.nonfinite_loss_value : loss;
+  }
+  double clip_norm(double global_norm, double own_slices_norm) const override {
+    return mutants_.shard_local_norm ? own_slices_norm : global_norm;
+  }
+  bool wants_own_slices_norm() const override { return mutants_.shard_local_norm; }
+  bool sums_sequence_parallel_gradients() const override { return !mutants_.unsummed_sequence_parallel_gradients; }
+  bool counts_replicated_once() const override { return !mutants_.replicated_counted_per_rank; }
+  bool normalizes_over_whole_vocabulary() const override { return !mutants_.local_vocabulary_normalizer; }
+  int row_parallel_sums() const override {
+    return mutants_.row_parallel_not_summed ? 0 : mutants_.row_parallel_summed_twice ? 2 : 1;
+  }
+
+ private:
+  FaultSchedule faults_;
+  ProductionMutants mutants_;
+};
+
+}  // namespace
+
+std::shared_ptr<const StepHooks> make_test_hooks(const FaultSchedule& faults, const ProductionMutants& mutants) {
+  const bool no_faults = faults.nonfinite_gradient_iterations.empty() && faults.nonfinite_loss_iterations.empty();
+  const bool no_mutants = !mutants.unreduced_gradients && !mutants.rank_local_loss_denominator &&
+                          !mutants.shard_local_norm && !mutants.unsummed_sequence_parallel_gradients &&
+                          !mutants.replicated_counted_per_rank && !mutants.local_vocabulary_normalizer &&
+                          !mutants.row_parallel_summed_twice && !mutants.row_parallel_not_summed;
+  if (no_faults && no_mutants) return nullptr;
+  return std::make_shared<TestHooks>(faults, mutants);
+}
+
+}  // namespace tandem::production

@@ -1,0 +1,83 @@
+// Where injected faults and the equivalence harness's negative controls enter the production
+// step (production/trainer.hpp): one object, passed in through ProductionOptions::hooks, with one
+// virtual function per hook point. The base class is the identity at every point; a user's run
+// has no hooks object, so every point is the identity. The step calls each point exactly where
+// its comment says, so a fault or a mutant never becomes a branch inside the numbered steps.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <set>
+
+namespace tandem::production {
+
+// Write access to one rank's reduced main gradient, for after_reduction: set(flat, value) stores
+// `value` at flat element `flat` when this rank keeps it (a no-op elsewhere).
+struct ReducedGradient {
+  std::function<void(std::int64_t flat, float value)> set;
+};
+
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+
+  // SPEC 5: the per-token denominator this rank scales its loss by, from the global batch's loss
+  // tokens and this rank's own.
+  virtual std::int64_t loss_denominator(std::int64_t global_loss_tokens, std::int64_t /*rank_loss_tokens*/) const {
+    return global_loss_tokens;
+  }
+  // SPEC 1: whether the owner of a gradient slice adds the other replicas' contributions to its
+  // own.
+  virtual bool adds_replica_contributions() const { return true; }
+  // After the reduction over replicas, before the loss and the norm of iteration `iteration`.
+  virtual void after_reduction(std::int64_t /*iteration*/, const ReducedGradient& /*gradient*/) const {}
+  // SPEC 5/8: the global loss of iteration `iteration` as the step goes on with it.
+  virtual double loss(std::int64_t /*iteration*/, double loss) const { return loss; }
+  // SPEC 6: the norm the clip coefficient divides by, given the global norm and the norm of this
+  // rank's own slices (the skip decision always takes the global norm, so every rank makes the
+  // same collective calls whatever this returns).
+  virtual double clip_norm(double global_norm, double /*own_slices_norm*/) const { return global_norm; }
+  // Whether clip_norm wants own_slices_norm (which costs a download): false for the identity.
+  virtual bool wants_own_slices_norm() const { return false; }
+
+  // Tensor parallelism (production/model.hpp, trainer.cpp):
+  // whether the replicated tensors' partial gradients are summed over TP under sequence parallelism;
+  virtual bool sums_sequence_parallel_gradients() const { return true; }
+  // whether the norm counts a replicated tensor on TP rank 0 only (else on every TP rank);
+  virtual bool counts_replicated_once() const { return true; }
+  // whether the cross-entropy's normalizer sums every TP rank's part of the vocabulary;
+  virtual bool normalizes_over_whole_vocabulary() const { return true; }
+  // how many times a row-parallel layer's output is summed over TP (1: once).
+  virtual int row_parallel_sums() const { return 1; }
+};
+
+// Faults a test injects into a correct run (SPEC 8's skip conditions), as the reference's
+// switches do (reference/trainer.hpp).
+struct FaultSchedule {
+  // Iterations (1-based) whose reduced gradient is made NaN at flat element 0.
+  std::set<std::int64_t> nonfinite_gradient_iterations;
+  // Iterations (1-based) whose global loss is replaced by `nonfinite_loss_value` on every rank.
+  std::set<std::int64_t> nonfinite_loss_iterations;
+  double nonfinite_loss_value = std::numeric_limits<double>::quiet_NaN();
+};
+
+// Deliberately wrong data-parallel variants, for the equivalence harness's negative controls
+// (equivalence/twin.hpp Mutant): each is a classic multi-rank bug the harness must catch.
+struct ProductionMutants {
+  bool unreduced_gradients = false;          // each rank updates with its own gradient only
+  bool rank_local_loss_denominator = false;  // per-token: divide by this rank's loss tokens
+  bool shard_local_norm = false;             // clip by this rank's shard's norm, not the global one
+  // Tensor-parallel bugs (TP > 1):
+  bool unsummed_sequence_parallel_gradients = false;  // norm weights' partial gradients not summed over TP
+  bool replicated_counted_per_rank = false;   // a replicated tensor counted TP times in the norm
+  bool local_vocabulary_normalizer = false;   // cross-entropy normalized over the local vocabulary part
+  bool row_parallel_summed_twice = false;     // a row-parallel output summed over TP twice
+  bool row_parallel_not_summed = false;       // ... or not at all
+};
+
+// The hooks that inject `faults` and switch on `mutants`; null when both are empty.
+std::shared_ptr<const StepHooks> make_test_hooks(const FaultSchedule& faults, const ProductionMutants& mutants = {});
+
+}  // namespace tandem::production
