@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -15,52 +16,58 @@
 namespace tandem {
 namespace {
 
-// Reads `--config FILE.json`: one object whose keys are long option names without the dashes
-// ("micro-batch-size" or "micro_batch_size"). Numbers, strings, booleans (flags) and arrays.
-class JsonConfigFormatter : public CLI::Config {
- public:
-  std::string to_config(const CLI::App*, bool, bool, std::string) const override {
-    throw CLI::ConversionError("writing a JSON config is not supported");
+// `--config FILE.json`: one object whose keys are long option names without the dashes
+// ("micro-batch-size" or "micro_batch_size"); numbers, strings, booleans (flags) and arrays. Each
+// key the command line did not give is applied to its option as if given there (the command line
+// overrides the file). Every failure is a ConfigError naming the file, the key and the fix.
+void apply_config_file(const RunArguments& args) {
+  if (args.config_path.empty() || args.app == nullptr) return;
+  const std::string& path = args.config_path;
+  const auto fail = [&path](const std::string& rule, const std::string& fix) {
+    throw ConfigError({ConfigIssue{"--config", path, rule, fix}});
+  };
+  std::ifstream input(path);
+  if (!input) fail("cannot be opened", "give the path of an existing JSON file");
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(input);
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("is not valid JSON (" + std::string(error.what()) + ")", "write one JSON object of option names to values");
   }
-
-  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
-    nlohmann::json document;
+  if (!document.is_object()) fail("must hold one JSON object", "write {\"micro-batch-size\": 1, ...}");
+  for (const auto& [key, value] : document.items()) {
+    std::string name = key;
+    for (char& c : name) {
+      if (c == '_') c = '-';
+    }
+    CLI::Option* option = name == "config" ? nullptr : args.app->get_option_no_throw("--" + name);
+    if (option == nullptr) {
+      fail("key \"" + key + "\" is not an option of `tandem " + args.app->get_name() + "`",
+           "remove it, or spell an option's long name without the dashes");
+    }
+    if (option->count() > 0) continue;  // the command line overrides the file
+    std::vector<std::string> inputs;
+    const auto text_of = [&](const nlohmann::json& element) {
+      if (element.is_string()) return element.get<std::string>();
+      if (element.is_boolean()) return std::string(element.get<bool>() ? "true" : "false");
+      if (element.is_number()) return element.dump();
+      fail("key \"" + key + "\" holds " + element.dump(), "give a number, string, boolean or array");
+      return std::string();
+    };
+    if (value.is_array()) {
+      for (const auto& element : value) inputs.push_back(text_of(element));
+    } else {
+      inputs.push_back(text_of(value));
+    }
     try {
-      document = nlohmann::json::parse(input);
-    } catch (const nlohmann::json::parse_error& error) {
-      throw CLI::ConversionError("--config: the file is not valid JSON (" +
-                                 std::string(error.what()) +
-                                 "); fix: write one JSON object of option names to values");
+      option->add_result(inputs);
+      option->run_callback();
+    } catch (const CLI::Error& error) {
+      fail("key \"" + key + "\" = " + value.dump() + ": " + error.what(),
+           "give a value " + option->get_name() + " takes on the command line");
     }
-    if (!document.is_object()) {
-      throw CLI::ConversionError(
-          "--config: the file must hold one JSON object; fix: {\"micro-batch-size\": 1, ...}");
-    }
-    std::vector<CLI::ConfigItem> items;
-    for (const auto& [key, value] : document.items()) {
-      CLI::ConfigItem item;
-      item.name = key;
-      for (char& c : item.name) {
-        if (c == '_') c = '-';
-      }
-      auto text_of = [&key](const nlohmann::json& element) -> std::string {
-        if (element.is_string()) return element.get<std::string>();
-        if (element.is_boolean()) return element.get<bool>() ? "true" : "false";
-        if (element.is_number()) return element.dump();
-        throw CLI::ConversionError("--config: key \"" + key +
-                                   "\" holds an object or null; fix: give a number, string, "
-                                   "boolean or array");
-      };
-      if (value.is_array()) {
-        for (const auto& element : value) item.inputs.push_back(text_of(element));
-      } else {
-        item.inputs.push_back(text_of(value));
-      }
-      items.push_back(std::move(item));
-    }
-    return items;
   }
-};
+}
 
 std::string text(double value) {
   std::ostringstream out;
@@ -137,10 +144,9 @@ bool RunArguments::given(const std::string& long_name) const {
 void add_run_options(CLI::App& app, RunArguments& args) {
   args.app = &app;
   RunConfig& v = args.values;
-  app.config_formatter(std::make_shared<JsonConfigFormatter>());
-  app.allow_config_extras(false);
-  app.set_config("--config", "", "JSON file of run options (keys: option names without --); "
-                                 "command-line arguments override it");
+  app.add_option("--config", args.config_path,
+                 "JSON file of run options (keys: option names without --); command-line arguments "
+                 "override it");
 
   const std::string model = "Model (SPEC 4)";
   app.add_option("--num-layers", v.model.num_layers, "decoder blocks L")
@@ -338,6 +344,9 @@ void add_run_options(CLI::App& app, RunArguments& args) {
 }
 
 RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch) {
+  // The file's options reach args.values through their options' own conversions (the bound
+  // variables), as the command line's did.
+  apply_config_file(args);
   RunConfig config = args.values;
   Checker checker;
   auto& model = config.model;
@@ -422,6 +431,22 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   }
   checker.throw_if_any();
   if (!data.split.empty()) data::parse_split_weights(data.split);  // throws ConfigError on --split
+
+  // Every real-valued setting is a finite number: `--lr inf` or `--lr 1e400` (which parses as
+  // infinity) would train to NaN and exit 0.
+  for (const auto& [value, field] : std::initializer_list<std::pair<double, const char*>>{
+           {model.rotary_base, "--rotary-base"}, {model.norm_epsilon, "--norm-epsilon"},
+           {model.init_method_std, "--init-method-std"}, {config.optimizer.adam_beta1, "--adam-beta1"},
+           {config.optimizer.adam_beta2, "--adam-beta2"}, {config.optimizer.adam_eps, "--adam-eps"},
+           {config.optimizer.clip_grad, "--clip-grad"}, {config.schedule.lr, "--lr"},
+           {config.schedule.min_lr, "--min-lr"}, {config.schedule.lr_warmup_init, "--lr-warmup-init"},
+           {config.schedule.weight_decay, "--weight-decay"},
+           {config.schedule.start_weight_decay, "--start-weight-decay"},
+           {config.schedule.end_weight_decay, "--end-weight-decay"}}) {
+    checker.check(std::isfinite(value), field, text(value), "must be a finite number",
+                  "give a finite value (1e400 overflows to infinity)");
+  }
+  checker.throw_if_any();
 
   // Model shape.
   auto positive = [&](std::int64_t value, const char* field) {

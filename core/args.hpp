@@ -74,6 +74,7 @@ struct RunArguments {
   bool tie_embeddings = false;
   bool calculate_per_token_loss = false;
 
+  std::string config_path;  // --config FILE.json (applied by build_run_config)
   CLI::App* app = nullptr;  // the (sub)command these were bound to
   bool given(const std::string& long_name) const;  // "--seq-length" -> was it given?
 };

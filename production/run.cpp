@@ -105,7 +105,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
 
   std::int64_t resumed_iteration = 0;
   std::vector<std::string> resume_changes;
-  if (!config.checkpoint.load.empty()) {
+  if (resumes_from_load(config, out)) {
     resume_changes = describe_resume_changes(resume_trainer_from(trainer, config.checkpoint.load));
     resumed_iteration = trainer.counters().iteration;
     out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration << "\n";

@@ -44,7 +44,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
 
   std::int64_t resumed_iteration = 0;
   std::vector<std::string> resume_changes;
-  if (!config.checkpoint.load.empty()) {
+  if (resumes_from_load(config, out)) {
     if constexpr (std::is_same_v<Real, double>) {
       const auto state = checkpoint::load_checkpoint(config.checkpoint.load);
       resume_changes = describe_resume_changes(restore_checkpoint_state(trainer, state));

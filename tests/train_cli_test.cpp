@@ -103,6 +103,34 @@ TEST_F(TrainCli, SigtermWithTheExitSignalHandlerStopsWithACheckpoint) {
   }
 }
 
+// Megatron's job-script pattern, --load = --save on every (re)start: a --load that holds no
+// checkpoint (missing, or empty) starts from the initialization with a warning (it exited 1), and
+// the requeued job resumes. Both engines.
+TEST_F(TrainCli, ALoadWithoutACheckpointStartsFromTheInitializationAndTheRequeueResumes) {
+  for (const std::string engine : {"reference", "production"}) {
+    const auto missing = root_ / (engine + "-missing");
+    const auto empty = root_ / (engine + "-empty");
+    std::filesystem::create_directories(empty);
+    for (const auto& directory : {missing, empty}) {
+      const auto run = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> arguments = tiny_train({"--engine", engine, "--device", "cpu"}, extra);
+        arguments.insert(arguments.end(), {"--load", directory.string(), "--save", directory.string()});
+        return run_tandem(arguments, "", "2>&1");
+      };
+      const auto first = run({"--exit-interval", "2"});
+      ASSERT_EQ(first.exit_code, 0) << engine << " " << directory << ": " << first.output;
+      EXPECT_NE(first.output.find("warning: --load " + directory.string() + " holds no checkpoint"), std::string::npos)
+          << first.output;
+      const auto requeued = run({});
+      ASSERT_EQ(requeued.exit_code, 0) << requeued.output;
+      EXPECT_NE(requeued.output.find("resumed from " + directory.string() + " at iteration 2"), std::string::npos)
+          << requeued.output;
+      EXPECT_EQ(requeued.output.find("warning: --load"), std::string::npos) << requeued.output;
+      EXPECT_TRUE(std::filesystem::exists(directory / "iter_0000006")) << directory;
+    }
+  }
+}
+
 TEST_F(TrainCli, AChangedScheduleOnResumeIsAnErrorUnlessOverridden) {
   const auto save = root_ / "ckpt";
   ASSERT_EQ(run_tandem(tiny({"--save", save.string(), "--exit-interval", "2"})).exit_code, 0);

@@ -90,6 +90,11 @@ std::optional<std::int64_t> read_latest_iteration(const fs::path& save_dir) {
   return parse_iteration(value, tracker);
 }
 
+bool holds_checkpoint(const fs::path& load_dir) {
+  std::error_code ignored;
+  return fs::exists(load_dir / kTrackerFileName, ignored) || fs::exists(load_dir / kManifestFileName, ignored);
+}
+
 fs::path resolve_checkpoint_directory(const fs::path& load_dir, const LoadOptions& options) {
   std::error_code ignored;
   if (!fs::is_directory(load_dir, ignored)) {

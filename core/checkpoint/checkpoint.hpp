@@ -99,6 +99,10 @@ std::optional<std::int64_t> read_latest_iteration(const std::filesystem::path& s
 
 // The directory a load reads: `load_dir` itself when it holds a manifest (an iter_ directory was
 // given), else the requested or latest iteration under it. Throws naming what is missing.
+// Whether `load_dir` holds a checkpoint to resume: a tracker file (a --save directory) or a
+// manifest (an iter_ directory). A missing or empty directory holds none.
+bool holds_checkpoint(const std::filesystem::path& load_dir);
+
 std::filesystem::path resolve_checkpoint_directory(const std::filesystem::path& load_dir,
                                                    const LoadOptions& options = {});
 

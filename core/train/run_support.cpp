@@ -186,4 +186,13 @@ RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options
   return summary;
 }
 
+bool resumes_from_load(const RunConfig& config, std::ostream& out) {
+  if (config.checkpoint.load.empty()) return false;
+  if (checkpoint::holds_checkpoint(config.checkpoint.load)) return true;
+  out << "warning: --load " << config.checkpoint.load << " holds no checkpoint (no "
+      << checkpoint::kTrackerFileName << " or " << checkpoint::kManifestFileName
+      << "): starting from the initialization, as Megatron does\n";
+  return false;
+}
+
 }  // namespace tandem

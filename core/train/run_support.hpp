@@ -59,6 +59,11 @@ nlohmann::json resume_header_fields(const RunConfig& config, const std::vector<s
 // --log, or SAVE/log.jsonl with --save (creating SAVE), or empty for no log (SPEC 12).
 std::string resolve_log_path(const RunConfig& config, const TrainOptions& options);
 
+// Whether the run resumes: --load is given and holds a checkpoint. When --load holds none (a job
+// script's first run, with --load = --save), Megatron starts from the initialization with a
+// warning, and so does tandem: the warning goes to `out`.
+bool resumes_from_load(const RunConfig& config, std::ostream& out);
+
 // What one invocation of a run did (the CLI prints it; tests read it).
 struct RunSummary {
   std::int64_t iterations = 0;       // run by this invocation
