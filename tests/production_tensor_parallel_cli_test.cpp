@@ -5,6 +5,7 @@
 // others. Skipped when mpirun is absent.
 // Kind of comparison: exact (exit codes, header fields, bytes of checkpoint tensors, exported
 // tensors against the checkpoint's).
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -117,6 +118,16 @@ TEST_F(TensorParallelCli, ACheckpointOfTwoTensorRanksResumesOnOtherLayouts) {
     EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << layout.name << ": " << resumed.output;
     EXPECT_TRUE(fs::exists(copy / "iter_0000006")) << layout.name;
   }
+  // tandem check --load starts both twins from the TP 2 checkpoint (the production twin on TP 2
+  // ranks of threads, the reference whole).
+  std::vector<std::string> check = tiny_train({}, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                                   "--load", half.string(), "--updates", "1"});
+  check.front() = "check";
+  check.erase(std::find(check.begin(), check.end(), "--quiet"));
+  const auto checked = run_tandem(check, "", "2>&1");
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("at iteration 3"), std::string::npos) << checked.output;
+  EXPECT_NE(checked.output.find("verdict: the twins agree"), std::string::npos) << checked.output;
   // TP 1 with the default padding (384 rows) cannot hold the 512-row tensors: refused, naming
   // both layouts and the divisor that fits.
   const auto refused = run_tandem(tiny({"--load", half.string()}), "", "2>&1");
