@@ -62,6 +62,9 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
   launch.allow_zero_train_samples = true;
   if (session.active()) launch.launched_world_size = session.world_size();
   RunConfig config = build_run_config(state.run, launch);
+  if (session.rank() == 0) {
+    for (const std::string& warning : config.argument_warnings) std::cerr << "warning: " << warning << "\n";
+  }
   if (!config.checkpoint.save.empty()) {
     if (session.rank() == 0) {
       std::cerr << "error: --save " << config.checkpoint.save

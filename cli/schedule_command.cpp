@@ -251,7 +251,9 @@ Command add_schedule_command(CLI::App& parent) {
   Command command;
   command.app = sub;
   command.run = [state]() {
-    const RunConfig config = build_run_config(state->run);  // ConfigError -> exit 2 in main
+    LaunchContext launch;
+    launch.needs_architecture = false;  // the schedule reads batch and schedule options only
+    const RunConfig config = build_run_config(state->run, launch);  // ConfigError -> exit 2 in main
 
     std::optional<std::string> gnuplot;
     if (!state->svg.empty()) {

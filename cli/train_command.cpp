@@ -33,6 +33,9 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
   launch.allow_zero_train_samples = true;  // SPEC 12: --train-samples 0 --save writes iter 0
   if (session.active()) launch.launched_world_size = session.world_size();
   const RunConfig config = build_run_config(state.run, launch);
+  if (session.rank() == 0) {
+    for (const std::string& warning : config.argument_warnings) std::cerr << "warning: " << warning << "\n";
+  }
   TrainOptions options = state.options;
   if (options.exit_signal_handler) install_exit_signal_handler();
   options.test_nonfinite_gradient_iterations = {state.nonfinite_iterations.begin(),

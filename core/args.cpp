@@ -2,6 +2,8 @@
 // and every validation rule (SPEC 10, 12; issue "Foundation" item 4).
 #include "core/args.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -78,6 +80,10 @@ std::string text(double value) {
 std::string text(std::int64_t value) { return std::to_string(value); }
 
 // Collects broken rules; `check(condition, ...)` records one when the condition is false.
+// The options that describe the model's architecture.
+constexpr std::array kArchitectureOptions{"--num-layers",        "--hidden-size",          "--ffn-hidden-size",
+                                          "--num-attention-heads", "--num-query-groups", "--group-query-attention"};
+
 class Checker {
  public:
   void fail(std::string field, std::string value, std::string rule, std::string fix) {
@@ -171,6 +177,14 @@ void add_run_options(CLI::App& app, RunArguments& args) {
       ->capture_default_str()->group(model);
   app.add_option("--seq-length", v.model.seq_length, "input positions per sample (tokens)")
       ->capture_default_str()->group(model);
+  app.add_option("--attention-dropout", args.attention_dropout,
+                 "Megatron's attention dropout: tandem's model has none, so only 0 is accepted "
+                 "(Megatron's default is 0.1)")
+      ->group(model);
+  app.add_option("--hidden-dropout", args.hidden_dropout,
+                 "Megatron's hidden dropout: tandem's model has none, so only 0 is accepted "
+                 "(Megatron's default is 0.1)")
+      ->group(model);
   app.add_option("--max-position-embeddings", args.max_position_embeddings,
                  "accepted for Megatron; must be >= --seq-length when given")->group(model);
   app.add_flag("--swiglu", args.swiglu, "accepted for Megatron; tandem's MLP is always SwiGLU")
@@ -348,6 +362,10 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   // variables), as the command line's did.
   apply_config_file(args);
   RunConfig config = args.values;
+  // A rule broken by a value the user never wrote says that it is a default.
+  const auto default_note = [&args](const char* option) {
+    return args.given(option) ? std::string() : std::string(" (the default: not given)");
+  };
   Checker checker;
   auto& model = config.model;
   auto& parallel = config.parallel;
@@ -432,6 +450,24 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   checker.throw_if_any();
   if (!data.split.empty()) data::parse_split_weights(data.split);  // throws ConfigError on --split
 
+  // Dropout: tandem's model has none (SPEC 4). Megatron's default is 0.1 each, so a fragment that
+  // does not set them trains with dropout there.
+  for (const auto& [value, field] : std::initializer_list<std::pair<double, const char*>>{
+           {args.attention_dropout, "--attention-dropout"}, {args.hidden_dropout, "--hidden-dropout"}}) {
+    checker.check(value == 0.0, field, text(value), "tandem's model has no dropout (SPEC 4)",
+                  "give 0.0 (or drop it)");
+  }
+  if (!args.given("--attention-dropout") || !args.given("--hidden-dropout")) {
+    config.argument_warnings.push_back(
+        "dropout: Megatron trains these arguments with --attention-dropout 0.1 and --hidden-dropout 0.1 (its "
+        "defaults); tandem's model has none. Add --attention-dropout 0.0 --hidden-dropout 0.0 so that both "
+        "train the same model");
+  }
+  if (!args.given("--seq-length")) {
+    config.argument_warnings.push_back("--seq-length not given: tandem's default " + text(model.seq_length) +
+                                       " positions (Megatron requires it)");
+  }
+
   // Every real-valued setting is a finite number: `--lr inf` or `--lr 1e400` (which parses as
   // infinity) would train to NaN and exit 0.
   for (const auto& [value, field] : std::initializer_list<std::pair<double, const char*>>{
@@ -487,39 +523,54 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   const std::int64_t tp = parallel.tensor_parallel;
   const std::int64_t pp = parallel.pipeline_parallel;
   const std::int64_t cp = parallel.context_parallel;
-  checker.check(model.hidden_size % model.num_attention_heads == 0, "--hidden-size",
-                text(model.hidden_size),
-                "must be divisible by --num-attention-heads (" +
-                    text(model.num_attention_heads) + ")",
-                "choose a width that is a multiple of the head count");
-  checker.check(model.num_attention_heads % model.num_query_groups == 0, "--num-attention-heads",
-                text(model.num_attention_heads),
-                "must be divisible by --num-query-groups (" + text(model.num_query_groups) + ")",
-                "choose G dividing H");
-  checker.check(model.num_attention_heads % tp == 0, "--num-attention-heads",
-                text(model.num_attention_heads),
-                "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
-                "choose H a multiple of TP, or a smaller TP");
-  // Megatron 0.19: G >= TP splits the groups over the TP ranks; G < TP gives each group to TP/G
-  // ranks, which hold its key/value rows whole.
-  checker.check(model.num_query_groups % tp == 0 || tp % model.num_query_groups == 0, "--num-query-groups",
-                text(model.num_query_groups),
-                "must be a multiple or a divisor of --tensor-model-parallel-size (" + text(tp) + ") (Megatron)",
-                "choose G a multiple or a divisor of TP");
-  // Megatron splits the MLP's hidden dimension over TP ranks.
-  checker.check(model.ffn_hidden_size % tp == 0, "--ffn-hidden-size", text(model.ffn_hidden_size),
-                "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
-                "choose F a multiple of TP");
-  checker.check(model.num_layers % pp == 0, "--num-layers", text(model.num_layers),
-                "must be divisible by --pipeline-model-parallel-size (" + text(pp) + ")",
-                "choose L a multiple of PP");
-  checker.check(model.head_dim() % 2 == 0 || model.hidden_size % model.num_attention_heads != 0,
-                "--hidden-size", text(model.hidden_size),
-                "head dim d/H must be even for rotary pairs (SPEC 4)",
-                "choose d and H with an even d/H");
-  checker.check(!parallel.sequence_parallel || tp > 1, "--sequence-parallel", "true",
-                "requires --tensor-model-parallel-size > 1 (Megatron)",
-                "drop --sequence-parallel or raise TP");
+  // A command that does not read the architecture (tandem schedule) holds only the architecture
+  // the user gave to the layout's rules, not defaults the user never wrote.
+  const bool architecture_given = std::any_of(
+      kArchitectureOptions.begin(), kArchitectureOptions.end(), [&args](const char* option) { return args.given(option); });
+  if (launch.needs_architecture || architecture_given) {
+    checker.check(model.hidden_size % model.num_attention_heads == 0, "--hidden-size",
+                  text(model.hidden_size),
+                  "must be divisible by --num-attention-heads (" +
+                      text(model.num_attention_heads) + ")",
+                  "choose a width that is a multiple of the head count");
+    checker.check(model.num_attention_heads % model.num_query_groups == 0, "--num-attention-heads",
+                  text(model.num_attention_heads),
+                  "must be divisible by --num-query-groups (" + text(model.num_query_groups) + ")",
+                  "choose G dividing H");
+    checker.check(model.num_attention_heads % tp == 0, "--num-attention-heads",
+                  text(model.num_attention_heads) + default_note("--num-attention-heads"),
+                  "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
+                  "choose H a multiple of TP, or a smaller TP");
+    // Megatron 0.19: G >= TP splits the groups over the TP ranks; G < TP gives each group to TP/G
+    // ranks, which hold its key/value rows whole.
+    checker.check(model.num_query_groups % tp == 0 || tp % model.num_query_groups == 0, "--num-query-groups",
+                  text(model.num_query_groups),
+                  "must be a multiple or a divisor of --tensor-model-parallel-size (" + text(tp) + ") (Megatron)",
+                  "choose G a multiple or a divisor of TP");
+    // Megatron splits the MLP's hidden dimension over TP ranks.
+    checker.check(model.ffn_hidden_size % tp == 0, "--ffn-hidden-size",
+                  text(model.ffn_hidden_size) + default_note("--ffn-hidden-size"),
+                  "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
+                  "choose F a multiple of TP");
+    checker.check(model.num_layers % pp == 0, "--num-layers", text(model.num_layers) + default_note("--num-layers"),
+                  "must be divisible by --pipeline-model-parallel-size (" + text(pp) + ")",
+                  "choose L a multiple of PP");
+    checker.check(model.head_dim() % 2 == 0 || model.hidden_size % model.num_attention_heads != 0,
+                  "--hidden-size", text(model.hidden_size),
+                  "head dim d/H must be even for rotary pairs (SPEC 4)",
+                  "choose d and H with an even d/H");
+  }
+  if (parallel.sequence_parallel && tp == 1) {
+    // Megatron: "Disabling sequence parallelism because tensor model parallelism is disabled".
+    parallel.sequence_parallel = false;
+    config.argument_warnings.push_back(
+        "--sequence-parallel with --tensor-model-parallel-size 1: sequence parallelism turned off, as Megatron "
+        "does (it splits the sequence over TP ranks)");
+  }
+  // Megatron splits the sequence into 2 x CP chunks (load-balanced causal attention).
+  checker.check(cp == 1 || model.seq_length % (2 * cp) == 0, "--seq-length", text(model.seq_length),
+                "must be divisible by 2 x --context-parallel-size (" + text(2 * cp) + ") (Megatron)",
+                "choose a sequence length that is a multiple of 2 x CP");
   checker.check(!parallel.sequence_parallel || model.seq_length % tp == 0, "--seq-length",
                 text(model.seq_length),
                 "must be divisible by --tensor-model-parallel-size (" + text(tp) +
@@ -718,11 +769,12 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                 text(schedule.lr_warmup_samples), "must be >= 0", "use 0 for no warmup");
   checker.check(schedule.lr_decay_samples >= 0, "--lr-decay-samples",
                 text(schedule.lr_decay_samples), "must be >= 0", "drop it to decay over training");
-  checker.check(schedule.lr_warmup_samples <= schedule.lr_decay_samples ||
-                    schedule.lr_decay_style == LrDecayStyle::constant || initialization_only,
+  // Megatron's OptimizerParamScheduler asserts lr_decay_steps > 0 and warmup < decay, whatever
+  // the decay style.
+  checker.check(schedule.lr_warmup_samples < schedule.lr_decay_samples || initialization_only,
                 "--lr-warmup-samples", text(schedule.lr_warmup_samples),
-                "warmup must not exceed the decay span (" + text(schedule.lr_decay_samples) +
-                    " samples)",
+                "the warmup must end before the decay span does (" + text(schedule.lr_decay_samples) +
+                    " samples; Megatron asserts warmup < decay)",
                 "shorten the warmup or lengthen --lr-decay-samples");
 
   // Weight decay schedule (Megatron: constant forbids start/end; the others need both).
@@ -743,6 +795,11 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                   "--start-weight-decay/--end-weight-decay",
                   text(schedule.start_weight_decay) + "/" + text(schedule.end_weight_decay),
                   "must be >= 0", "give non-negative values");
+    checker.check(schedule.end_weight_decay >= schedule.start_weight_decay, "--end-weight-decay",
+                  text(schedule.end_weight_decay),
+                  "must be >= --start-weight-decay (" + text(schedule.start_weight_decay) +
+                      "): the weight decay only increases (Megatron asserts end_wd >= start_wd)",
+                  "swap them, or use --weight-decay-incr-style constant");
   }
   checker.check(config.checkpoint.save_interval >= 0, "--save-interval",
                 text(config.checkpoint.save_interval), "must be >= 0",

@@ -74,6 +74,9 @@ struct RunArguments {
   bool tie_embeddings = false;
   bool calculate_per_token_loss = false;
 
+  // Megatron's dropout options: tandem's model has no dropout, so only 0 is accepted.
+  double attention_dropout = 0.0;
+  double hidden_dropout = 0.0;
   std::string config_path;  // --config FILE.json (applied by build_run_config)
   CLI::App* app = nullptr;  // the (sub)command these were bound to
   bool given(const std::string& long_name) const;  // "--seq-length" -> was it given?
@@ -87,6 +90,9 @@ struct LaunchContext {
   std::optional<std::int64_t> launched_world_size;  // ranks the launcher started; none = planning
   // `tandem train --train-samples 0 --save DIR` writes the initialized model (SPEC 12).
   bool allow_zero_train_samples = false;
+  // False for a command that never reads the architecture (tandem schedule): the architecture's
+  // defaults are then not held to the parallel layout's rules, only what the user gave.
+  bool needs_architecture = true;
 };
 
 // Applies derived defaults (Megatron's), converts iterations and tokens into samples, and checks

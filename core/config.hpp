@@ -173,6 +173,9 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   EvaluationConfig evaluation;
   TokenRounding token_rounding;
+  // What build_run_config changed or assumed where Megatron warns rather than refuses
+  // ("--sequence-parallel with TP 1: turned off"); printed by plan, train and check, not saved.
+  std::vector<std::string> argument_warnings;
 
   std::int64_t microbatches_per_replica() const {
     return batch.global_batch_size / (batch.micro_batch_size * parallel.data_parallel);

@@ -301,6 +301,7 @@ Plan make_plan(const RunConfig& config, const PlanOptions& options) {
   Plan plan;
   plan.config = config;
   plan.options = options;
+  plan.warnings = config.argument_warnings;  // what the arguments' rules turned off or assumed
 
   plan.world_size = parallel.world_size;
   plan.data_parallel_size = parallel.data_parallel;

@@ -1,5 +1,6 @@
 // Configuration: every validation rule of the foundation issue gets its error (naming the field)
 // in-process, and bad input through the real binary exits non-zero with that error on stderr.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -137,8 +138,40 @@ TEST(Config, LayersDivisibleByPp) {
                "--num-layers");
 }
 
-TEST(Config, SequenceParallelRequiresTp) {
-  expect_issue(with(valid(), {"--sequence-parallel"}), "--sequence-parallel");
+// Megatron warns and turns sequence parallelism off when TP is 1 (it refused before).
+TEST(Config, SequenceParallelWithTpOneIsTurnedOffWithAWarning) {
+  const RunConfig config = parse(with(valid(), {"--sequence-parallel"}));
+  EXPECT_FALSE(config.parallel.sequence_parallel);
+  EXPECT_TRUE(std::any_of(config.argument_warnings.begin(), config.argument_warnings.end(),
+                          [](const std::string& warning) { return warning.find("--sequence-parallel") != std::string::npos; }));
+  EXPECT_TRUE(parse(with(valid(), {"--sequence-parallel", "--tensor-model-parallel-size", "2"})).parallel.sequence_parallel);
+}
+
+TEST(Config, SequenceLengthIsAMultipleOfTwiceTheContextRanks) {
+  expect_issue(with(valid(), {"--context-parallel-size", "2", "--seq-length", "18"}), "--seq-length");
+  EXPECT_EQ(parse(with(valid(), {"--context-parallel-size", "2", "--seq-length", "20"})).parallel.context_parallel, 2);
+}
+
+// Megatron has dropout (0.1 by default); tandem's model has none: 0 is accepted, anything else is
+// refused, and arguments that leave them out are told what Megatron would do with them.
+TEST(Config, DropoutIsZeroAndItsMegatronDefaultIsNamed) {
+  expect_issue(with(valid(), {"--attention-dropout", "0.1"}), "--attention-dropout");
+  expect_issue(with(valid(), {"--hidden-dropout", "0.05"}), "--hidden-dropout");
+  const auto mentions_dropout = [](const RunConfig& config) {
+    return std::any_of(config.argument_warnings.begin(), config.argument_warnings.end(),
+                       [](const std::string& warning) { return warning.find("dropout") != std::string::npos; });
+  };
+  EXPECT_TRUE(mentions_dropout(parse(valid())));
+  EXPECT_FALSE(mentions_dropout(parse(with(valid(), {"--attention-dropout", "0.0", "--hidden-dropout", "0"}))));
+}
+
+TEST(Config, ABrokenRuleSaysWhenItsValueIsADefault) {
+  // H 4 is given by valid(); without it the default's check names it as the default.
+  const std::string message = expect_issue({"--num-layers", "2", "--hidden-size", "64", "--seq-length", "16",
+                                            "--global-batch-size", "4", "--train-samples", "64",
+                                            "--tensor-model-parallel-size", "64"},
+                                           "--num-attention-heads");
+  EXPECT_NE(message.find("the default: not given"), std::string::npos) << message;
 }
 
 // Megatron's rules: the deferred weight all-gather belongs to the distributed optimizer and rides
@@ -158,10 +191,22 @@ TEST(Config, OverlapParamGatherNeedsTheDistributedOptimizerAndOverlapGradReduce)
   EXPECT_EQ(gradient_bucket_parameters(config.parallel), 1000);
 }
 
-TEST(Config, WarmupWithinDecaySpan) {
+// Megatron's scheduler asserts warmup < decay for every decay style, and a weight decay that
+// only increases.
+TEST(Config, WarmupEndsBeforeTheDecaySpanAndWeightDecayOnlyIncreases) {
   expect_issue(with(valid(), {"--lr-warmup-samples", "65"}), "--lr-warmup-samples");
+  expect_issue(with(valid(), {"--lr-warmup-samples", "64"}), "--lr-warmup-samples");  // = decay
   expect_issue(with(valid(), {"--lr-warmup-samples", "32", "--lr-decay-samples", "16"}),
                "--lr-warmup-samples");
+  expect_issue(with(valid(), {"--lr-warmup-samples", "64", "--lr-decay-style", "constant"}), "--lr-warmup-samples");
+  EXPECT_EQ(parse(with(valid(), {"--lr-warmup-samples", "60"})).schedule.lr_warmup_samples, 60);
+  expect_issue(with(valid(), {"--weight-decay-incr-style", "linear", "--start-weight-decay", "0.1",
+                              "--end-weight-decay", "0.01"}),
+               "--end-weight-decay");
+  EXPECT_EQ(parse(with(valid(), {"--weight-decay-incr-style", "linear", "--start-weight-decay", "0.01",
+                                 "--end-weight-decay", "0.1"}))
+                .schedule.end_weight_decay,
+            0.1);
 }
 
 TEST(Config, MinLrBetweenZeroAndLr) {
@@ -346,7 +391,7 @@ TEST(ConfigThroughTheBinary, EveryRuleExitsTwoNamingItsField) {
        "--num-query-groups"},
       {{"--num-layers", "3", "--pipeline-model-parallel-size", "2"}, "--num-layers"},
       {{"--ffn-hidden-size", "65", "--tensor-model-parallel-size", "2"}, "--ffn-hidden-size"},
-      {{"--sequence-parallel"}, "--sequence-parallel"},
+      {{"--attention-dropout", "0.1"}, "--attention-dropout"},
       {{"--overlap-param-gather", "--overlap-grad-reduce"}, "--overlap-param-gather"},
       {{"--lr-warmup-samples", "65"}, "--lr-warmup-samples"},
       {{"--lr", "inf"}, "--lr"},

@@ -95,7 +95,8 @@ TEST_F(ProductionCli, SkipLimitStopsAfterACheckpoint) {
 
 TEST_F(ProductionCli, ReferenceCheckpointIsRefusedNamingTheEngine) {
   const auto save = root_ / "reference";
-  std::vector<std::string> arguments = tiny({"--save", save.string(), "--train-samples", "8"});
+  // 2 updates of a run whose decay spans the usual 24 samples (Megatron: warmup < decay).
+  std::vector<std::string> arguments = tiny({"--save", save.string(), "--train-samples", "8", "--lr-decay-samples", "24"});
   arguments[2] = "reference";  // --engine reference
   ASSERT_EQ(run_tandem(arguments, "", "2>&1").exit_code, 0);
   const auto result = run_tandem(tiny({"--load", save.string()}), "", "2>&1");
@@ -221,7 +222,7 @@ TEST_F(ProductionCli, WithoutDataCacheTheCorpusIsBuiltInTheDocumentedFolder) {
   for (const std::string engine : {"production", "reference"}) {
     const auto tmp = root_ / ("tmp-" + engine);
     fs::create_directories(tmp);
-    std::vector<std::string> arguments = tiny({"--train-samples", "8"});
+    std::vector<std::string> arguments = tiny({"--train-samples", "8", "--lr-decay-samples", "24"});
     arguments[2] = engine;  // tiny_train puts the engine's name there
     const auto cache = std::find(arguments.begin(), arguments.end(), "--data-cache");
     ASSERT_NE(cache, arguments.end());

@@ -233,6 +233,25 @@ TEST(SeedPlan, TableShowsTheSeedsFigures) {
   }
 }
 
+// The fragment alone, as a user pastes it (no architecture): `tandem schedule` reads no
+// architecture, so the default H = 4 is not held to TP 8 (it refused the fragment on a default the
+// user never wrote); `tandem plan` needs the architecture and says that the value is a default.
+TEST(SeedPlan, TheFragmentAloneSchedulesAndThePlanNamesTheDefaultItNeeds) {
+  std::vector<std::string> schedule = {"schedule", "--csv", "--every", "100000"};
+  for (const auto& word : words_of("megatron_args.txt", {})) schedule.push_back(word);
+  const auto scheduled = testing::run_tandem(schedule, "", "2>/dev/null");
+  ASSERT_EQ(scheduled.exit_code, 0) << scheduled.output;
+  EXPECT_EQ(scheduled.output.rfind("update,consumed_samples,lr,wd", 0), 0u) << scheduled.output;
+  std::vector<std::string> plan = {"plan", "--world-size", "5120"};
+  for (const auto& word : words_of("megatron_args.txt", {})) plan.push_back(word);
+  const auto planned = testing::run_tandem(plan, "", "2>&1");
+  EXPECT_EQ(planned.exit_code, 2) << planned.output;
+  EXPECT_NE(planned.output.find("--num-attention-heads = 4 (the default: not given): must be divisible by "
+                                "--tensor-model-parallel-size (8)"),
+            std::string::npos)
+      << planned.output;
+}
+
 // `tandem plan --rank R`: where GPU 4,097 of the seed's 5,120 sits (core/rank_grid.hpp holds the
 // grid itself to Megatron's order exhaustively; this is the command line's face of it).
 TEST(SeedPlan, RankShowsWhereGpuFourThousandNinetySevenSitsAndItsGroups) {

@@ -147,6 +147,19 @@ TEST_F(TrainCli, AChangedScheduleOnResumeIsAnErrorUnlessOverridden) {
       << allowed.output;
 }
 
+// A longer run on resume changes the schedule's spans that follow --train-samples: the error names
+// the user's option and the override, never an internal field (it named --wd-incr-samples, which
+// does not exist).
+TEST_F(TrainCli, ALongerRunOnResumeNamesTrainSamplesAndTheOverride) {
+  const auto save = root_ / "ckpt";
+  ASSERT_EQ(run_tandem(tiny({"--save", save.string(), "--exit-interval", "2"})).exit_code, 0);
+  const auto refused = run_tandem(tiny({"--load", save.string(), "--train-samples", "48"}), "", "2>&1");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--train-samples"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--override-opt-param-scheduler"), std::string::npos) << refused.output;
+  EXPECT_EQ(refused.output.find("--wd-incr-samples"), std::string::npos) << refused.output;
+}
+
 // Data settings may change on resume (Megatron: a new blend mid-run), and the run says so on the
 // console and in the log header's resume_changes; a resume without changes records an empty list.
 TEST_F(TrainCli, AChangedDataSettingOnResumeIsAllowedAndReported) {

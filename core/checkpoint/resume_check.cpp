@@ -36,7 +36,8 @@ constexpr std::array kComparedSettings{
     ComparedSetting{"/schedule/weight_decay_incr_style", "--weight-decay-incr-style", kOverride},
     ComparedSetting{"/schedule/start_weight_decay", "--start-weight-decay", kOverride},
     ComparedSetting{"/schedule/end_weight_decay", "--end-weight-decay", kOverride},
-    ComparedSetting{"/schedule/wd_incr_samples", "--wd-incr-samples", kOverride},
+    // The weight-decay increment span is the training length (Megatron's wd_incr_steps).
+    ComparedSetting{"/schedule/wd_incr_samples", "--train-samples", kOverride},
     ComparedSetting{"/optimizer/adam_beta1", "--adam-beta1", kOverride},
     ComparedSetting{"/optimizer/adam_beta2", "--adam-beta2", kOverride},
     ComparedSetting{"/optimizer/adam_eps", "--adam-eps", kOverride},
