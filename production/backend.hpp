@@ -220,13 +220,18 @@ class ComputeBuffer {
 // Whether this build holds the cuda backend (production/cuda/cuda_backend.cpp).
 bool cuda_backend_built();
 
-// The backend for `device` (for cuda, on CUDA device `device_index`: a rank's local rank).
-// Device::cuda throws std::runtime_error "the cuda backend is not built yet" until it is, and
-// names the CUDA error when no device answers.
-std::unique_ptr<Backend> make_backend(Device device, int device_index = 0);
+// Which host kernels the cpu backend runs: the shipped, blocked ones, or the plain statements of
+// the same arithmetic one value at a time (gemm_host_ordered, attention_*_host_ordered), which
+// give the same bits, slowly: tests and benchmarks compare the two.
+enum class HostKernels { fast, ordered };
+
+// The backend for `device` (for cuda, on CUDA device `device_index`: a rank's local rank; for
+// cpu, with `host_kernels`). Device::cuda throws std::runtime_error "the cuda backend is not built
+// yet" until it is, and names the CUDA error when no device answers.
+std::unique_ptr<Backend> make_backend(Device device, int device_index = 0, HostKernels host_kernels = HostKernels::fast);
 
 // The cpu backend (host twins), always built.
-std::unique_ptr<Backend> make_host_backend();
+std::unique_ptr<Backend> make_host_backend(HostKernels kernels = HostKernels::fast);
 
 // Defined by production/cuda/cuda_backend.cpp, on CUDA device `device_index`.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);

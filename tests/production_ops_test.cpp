@@ -169,6 +169,64 @@ TEST(ProductionOps, GemmMatchesReferenceLinearInEveryLayout) {
   }
 }
 
+// Exact (bitwise): the blocked kernel the cpu backend ships computes every element with the
+// operations, and in the order, gemm_host_ordered states one element at a time (k increasing, no
+// fused multiply-add), with the baseline's vectors and with AVX2's (where the processor has it),
+// on ragged shapes around both register tiles (4 x 8, 6 x 16), zero sizes, every transpose, f32
+// and bf16 inputs, f32 and bf16 C, beta 0 and 1, and values of every magnitude.
+TEST(ProductionOps, TheBlockedHostGemmGivesTheOrderedOnesBitsOnEveryShape) {
+  const std::vector<std::int64_t> sizes = {0, 1, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 33};
+  std::uint64_t seed = 100;
+  int compared = 0;
+  for (const std::int64_t m : sizes) {
+    for (const std::int64_t n : sizes) {
+      for (const std::int64_t k : {0, 1, 2, 7, 16, 31}) {
+        const int variant = static_cast<int>(seed % 16);
+        ++seed;
+        const Transpose a_transpose = variant & 1 ? Transpose::yes : Transpose::no;
+        const Transpose b_transpose = variant & 2 ? Transpose::yes : Transpose::no;
+        const DType inputs = variant & 4 ? DType::bf16 : DType::f32;
+        const DType output = variant & 8 ? DType::bf16 : DType::f32;
+        // Magnitudes from 2^-20 to 2^20 so that sums round and cancel.
+        std::vector<float> a = random_values(m * k, seed, 1.0);
+        std::vector<float> b = random_values(k * n, seed + 1000, 1.0);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::ldexp(a[i], static_cast<int>(i % 41) - 20);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::ldexp(b[i], static_cast<int>(i % 37) - 18);
+        std::vector<Bf16> a16(a.size()), b16(b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) a16[i] = bf16_from_f32(a[i]);
+        for (std::size_t i = 0; i < b.size(); ++i) b16[i] = bf16_from_f32(b[i]);
+        const std::vector<float> initial = random_values(m * n, seed + 2000, 4.0);
+        for (const float beta : {0.0f, 1.0f}) {
+          std::vector<std::uint8_t> blocked(static_cast<std::size_t>(m * n) * dtype_bytes(output));
+          for (std::int64_t e = 0; e < m * n; ++e) store_from_f32(blocked.data(), output, e, initial[static_cast<std::size_t>(e)]);
+          std::vector<std::uint8_t> ordered = blocked;
+          GemmParams params;
+          params.m = m;
+          params.n = n;
+          params.k = k;
+          params.a = GemmOperand{inputs == DType::f32 ? static_cast<const void*>(a.data()) : a16.data(), inputs, a_transpose};
+          params.b = GemmOperand{inputs == DType::f32 ? static_cast<const void*>(b.data()) : b16.data(), inputs, b_transpose};
+          params.c_dtype = output;
+          params.beta = beta;
+          const std::vector<std::uint8_t> initial_c = blocked;
+          params.c = ordered.data();
+          gemm_host_ordered(params);
+          for (const HostSimd simd : {HostSimd::baseline, HostSimd::avx2}) {
+            if (!host_gemm_has(simd)) continue;  // this processor has no AVX2
+            blocked = initial_c;
+            params.c = blocked.data();
+            gemm_host_with(params, simd);
+            ASSERT_EQ(blocked, ordered) << "m " << m << " n " << n << " k " << k << " variant " << variant << " beta "
+                                        << beta << (simd == HostSimd::avx2 ? " avx2" : " baseline");
+          }
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 14 * 14 * 6 * 2);
+}
+
 TEST(ProductionOps, GemmOnBf16InputsAccumulatesInFp32) {
   // bf16 inputs are exact dyadic values; with small integers every product and partial sum is
   // exactly representable in fp32, so the result is exact: the accumulation is fp32, not bf16
@@ -338,6 +396,65 @@ TEST(ProductionOps, SwigluForwardAndBackwardMatchReference) {
 }
 
 // ----------------------------------------------------------------------------------- Attention
+
+// Exact (bitwise): the shipped host attention (operands widened once, 8 scores a block in vector
+// lanes) equals the ordered statement of its arithmetic, forward and backward, f32 and bf16, on
+// spans that start anywhere (documents), GQA and multi-head, sequences around the score block and
+// the bf16 key tile, head dims that are and are not multiples of the lanes.
+TEST(ProductionOps, TheFastHostAttentionGivesTheOrderedOnesBits) {
+  struct Case {
+    std::int64_t samples, seq, heads, groups, head_dim;
+  };
+  std::uint64_t seed = 300;
+  for (const Case& c : {Case{1, 1, 1, 1, 2}, Case{2, 7, 2, 1, 4}, Case{1, 9, 4, 2, 6}, Case{2, 16, 4, 4, 8},
+                        Case{1, 70, 4, 2, 16}, Case{3, 33, 6, 3, 10}, Case{1, 130, 2, 1, 8}}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      ++seed;
+      const std::int64_t rows = c.samples * c.seq, qw = c.heads * c.head_dim, kvw = c.groups * c.head_dim;
+      // Documents of random lengths (SPEC 3: attention_start is the start of t's document).
+      std::vector<std::int32_t> starts(static_cast<std::size_t>(rows));
+      const std::vector<float> cuts = random_values(rows, seed, 1.0);
+      for (std::int64_t sample = 0; sample < c.samples; ++sample) {
+        std::int32_t start = 0;
+        for (std::int64_t t = 0; t < c.seq; ++t) {
+          if (t > 0 && cuts[static_cast<std::size_t>(sample * c.seq + t)] > 0.7f) start = static_cast<std::int32_t>(t);
+          starts[static_cast<std::size_t>(sample * c.seq + t)] = start;
+        }
+      }
+      const auto operand = [&](std::int64_t count, std::uint64_t offset) {
+        std::vector<float> values = random_values(count, seed * 10 + offset, 2.0);
+        std::vector<std::uint8_t> stored(static_cast<std::size_t>(count) * dtype_bytes(dtype));
+        for (std::int64_t i = 0; i < count; ++i) store_from_f32(stored.data(), dtype, i, values[static_cast<std::size_t>(i)]);
+        return stored;
+      };
+      const auto q = operand(rows * qw, 1), k = operand(rows * kvw, 2), v = operand(rows * kvw, 3), dctx = operand(rows * qw, 4);
+      const AttentionShape shape{c.samples, c.seq, c.heads, c.groups, c.head_dim};
+      const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+      const auto bytes = [&](std::int64_t count) { return std::vector<std::uint8_t>(static_cast<std::size_t>(count) * dtype_bytes(dtype)); };
+      std::vector<std::vector<std::uint8_t>> contexts(2, bytes(rows * qw));
+      std::vector<std::vector<float>> sums(2, std::vector<float>(static_cast<std::size_t>(rows * c.heads)));
+      std::vector<std::vector<std::uint8_t>> dq(2, bytes(rows * qw)), dk(2, bytes(rows * kvw)), dv(2, bytes(rows * kvw));
+      for (int fast = 0; fast < 2; ++fast) {
+        const AttentionForwardParams forward{q.data(), k.data(), v.data(), starts.data(), contexts[fast].data(),
+                                             sums[fast].data(), shape, scale, dtype};
+        (fast ? attention_forward_host : attention_forward_host_ordered)(forward);
+        // Both backwards read the ordered forward's outputs.
+        const AttentionBackwardParams backward{q.data(), k.data(), v.data(), contexts[0].data(), sums[0].data(),
+                                               dctx.data(), starts.data(), dq[fast].data(), dk[fast].data(),
+                                               dv[fast].data(), shape, scale, dtype};
+        (fast ? attention_backward_host : attention_backward_host_ordered)(backward);
+      }
+      const std::string name = "seq " + std::to_string(c.seq) + " H " + std::to_string(c.heads) + " G " +
+                               std::to_string(c.groups) + " hd " + std::to_string(c.head_dim) +
+                               (dtype == DType::bf16 ? " bf16" : " f32");
+      EXPECT_EQ(contexts[0], contexts[1]) << name;
+      EXPECT_EQ(sums[0], sums[1]) << name;
+      EXPECT_EQ(dq[0], dq[1]) << name;
+      EXPECT_EQ(dk[0], dk[1]) << name;
+      EXPECT_EQ(dv[0], dv[1]) << name;
+    }
+  }
+}
 
 TEST(ProductionOps, DocumentMaskedGqaAttentionMatchesReference) {
   const std::int64_t samples = 2, seq = 12, heads = 4, groups = 2, head_dim = 8;

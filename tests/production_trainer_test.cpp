@@ -288,6 +288,29 @@ TEST(ProductionTrainer, TwoRunsAreBitwiseEqual) {
   }
 }
 
+// Exact: the cpu backend's blocked kernels (gemm, attention) and the plain statements of their
+// arithmetic give the same trainer, bit for bit: every record and the whole state, fp32 and bf16.
+TEST(ProductionTrainer, TheFastHostKernelsTrainToTheOrderedOnesBits) {
+  for (const bool bf16 : {false, true}) {
+    const RunConfig config = tiny_run(bf16);
+    production::ProductionOptions ordered_options = cpu_options();
+    ordered_options.host_kernels = production::HostKernels::ordered;
+    production::Trainer fast(config, testing::tiny_production_samples(), cpu_options());
+    production::Trainer ordered(config, testing::tiny_production_samples(), ordered_options);
+    EXPECT_NE(fast.backend().description(), ordered.backend().description());
+    for (std::int64_t k = 0; k < 3; ++k) {
+      const IterationRecord a = fast.run_iteration();
+      const IterationRecord b = ordered.run_iteration();
+      ASSERT_EQ(a.loss, b.loss) << "iteration " << k + 1;
+      ASSERT_EQ(a.grad_norm, b.grad_norm) << "iteration " << k + 1;
+    }
+    const auto a = fast.host_state(), b = ordered.host_state();
+    EXPECT_EQ(a.params, b.params) << (bf16 ? "bf16" : "fp32");
+    EXPECT_EQ(a.exp_avg, b.exp_avg);
+    EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq);
+  }
+}
+
 TEST(ProductionTrainer, ResumeFromACheckpointIsBitExact) {
   // SPEC 9: N updates straight == k updates, checkpoint, resume in a fresh trainer, N-k updates.
   for (const bool bf16 : {false, true}) {

@@ -11,8 +11,11 @@ namespace {
 
 class HostBackend final : public Backend {
  public:
+  explicit HostBackend(HostKernels kernels) : kernels_(kernels) {}
   Device device() const override { return Device::cpu; }
-  std::string description() const override { return "cpu (host, 1 thread)"; }
+  std::string description() const override {
+    return kernels_ == HostKernels::fast ? "cpu (host, 1 thread)" : "cpu (host, 1 thread, ordered kernels)";
+  }
   double peak_flops_per_second(DType) const override { return 0.0; }  // unknown: no MFU
 
   void* allocate(std::int64_t bytes) override {
@@ -51,13 +54,17 @@ class HostBackend final : public Backend {
   void rope_backward(const RopeParams& p) override { rope_backward_host(p); }
   void swiglu_forward(const SwigluForwardParams& p) override { swiglu_forward_host(p); }
   void swiglu_backward(const SwigluBackwardParams& p) override { swiglu_backward_host(p); }
-  void attention_forward(const AttentionForwardParams& p) override { attention_forward_host(p); }
-  void attention_backward(const AttentionBackwardParams& p) override { attention_backward_host(p); }
+  void attention_forward(const AttentionForwardParams& p) override {
+    kernels_ == HostKernels::fast ? attention_forward_host(p) : attention_forward_host_ordered(p);
+  }
+  void attention_backward(const AttentionBackwardParams& p) override {
+    kernels_ == HostKernels::fast ? attention_backward_host(p) : attention_backward_host_ordered(p);
+  }
   void cross_entropy(const CrossEntropyParams& p) override { cross_entropy_host(p); }
   void vocab_parallel_cross_entropy(const VocabParallelCrossEntropyParams& p) override {
     vocab_parallel_cross_entropy_host(p);
   }
-  void gemm(const GemmParams& p) override { gemm_host(p); }
+  void gemm(const GemmParams& p) override { kernels_ == HostKernels::fast ? gemm_host(p) : gemm_host_ordered(p); }
   void convert(const ConvertParams& p) override { convert_host(p); }
   void add(const AddParams& p) override { add_host(p); }
   void bias_add(const BiasAddParams& p) override { bias_add_host(p); }
@@ -65,10 +72,13 @@ class HostBackend final : public Backend {
   void squared_norm(const SquaredNormParams& p) override { squared_norm_host(p); }
   void adamw(const AdamwParams& p) override { adamw_host(p); }
   void scale(const ScaleParams& p) override { scale_host(p); }
+
+ private:
+  HostKernels kernels_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_host_backend() { return std::make_unique<HostBackend>(); }
+std::unique_ptr<Backend> make_host_backend(HostKernels kernels) { return std::make_unique<HostBackend>(kernels); }
 
 }  // namespace tandem::production

@@ -69,6 +69,10 @@ struct AttentionBackwardParams {
 
 void attention_forward_host(const AttentionForwardParams& params);
 void attention_backward_host(const AttentionBackwardParams& params);
+// The same arithmetic one value at a time: the plain statement of every sum's order, which the
+// shipped host kernels above equal bit for bit (tests/production_ops_test.cpp).
+void attention_forward_host_ordered(const AttentionForwardParams& params);
+void attention_backward_host_ordered(const AttentionBackwardParams& params);
 void attention_forward_cuda(const AttentionForwardParams& params, const CudaLaunch& launch);
 void attention_backward_cuda(const AttentionBackwardParams& params, const CudaLaunch& launch);
 

@@ -3,10 +3,17 @@
 // from the saved log-sum-exp. Gradients accumulate in fp32 scratch (heads, then t, then s, each
 // increasing) and are rounded once when stored. In bf16 the probabilities and score gradients are
 // rounded where the tensor-core twin rounds them (attention.hpp), with its key tiles.
+//
+// The *_ordered functions state that arithmetic one value at a time. The shipped ones compute
+// the same operations in the same order for every value, faster: the operands widened to fp32
+// once per call, the keys and values of a sample's group also transposed so that 8 scores (dot
+// products over hd, each in its own vector lane, i increasing) are formed at once, and each
+// exp(z - max) computed once and reused. The two give the same bits (tests/production_ops_test.cpp).
 #include "production/kernels/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace tandem::production {
@@ -33,7 +40,7 @@ float dot(const void* a, std::int64_t a_offset, const void* b, std::int64_t b_of
 
 }  // namespace
 
-void attention_forward_host(const AttentionForwardParams& p) {
+void attention_forward_host_ordered(const AttentionForwardParams& p) {
   const AttentionShape& shape = p.shape;
   const std::int64_t hd = shape.head_dim;
   const std::int64_t heads_per_group = shape.heads / shape.groups;
@@ -97,7 +104,7 @@ void attention_forward_host(const AttentionForwardParams& p) {
   }
 }
 
-void attention_backward_host(const AttentionBackwardParams& p) {
+void attention_backward_host_ordered(const AttentionBackwardParams& p) {
   const AttentionShape& shape = p.shape;
   const std::int64_t hd = shape.head_dim;
   const std::int64_t heads_per_group = shape.heads / shape.groups;
@@ -131,6 +138,201 @@ void attention_backward_host(const AttentionBackwardParams& p) {
             query_grad[static_cast<std::size_t>(q + i)] += score_grad * load_as_f32(p.key, p.dtype, kv + i);
             key_grad[static_cast<std::size_t>(kv + i)] += score_grad * load_as_f32(p.query, p.dtype, q + i);
             value_grad[static_cast<std::size_t>(kv + i)] += value_weight * dctx;
+          }
+        }
+      }
+    }
+  }
+  if (rounded) {  // bf16: scale once, after the sums
+    for (float& sum : query_grad) sum *= p.scale;
+    for (float& sum : key_grad) sum *= p.scale;
+  }
+  for (std::size_t i = 0; i < query_grad.size(); ++i) {
+    store_from_f32(p.query_grad, p.dtype, static_cast<std::int64_t>(i), query_grad[i]);
+  }
+  for (std::size_t i = 0; i < key_grad.size(); ++i) {
+    store_from_f32(p.key_grad, p.dtype, static_cast<std::int64_t>(i), key_grad[i]);
+    store_from_f32(p.value_grad, p.dtype, static_cast<std::int64_t>(i), value_grad[i]);
+  }
+}
+
+namespace {
+
+using Lanes = float __attribute__((vector_size(16)));  // 4 fp32 lanes, IEEE + and * per lane
+constexpr std::int64_t kLanes = 4;
+constexpr std::int64_t kScoreBlock = 2 * kLanes;  // scores formed at once
+
+Lanes load_lanes(const float* values) {
+  Lanes lanes;
+  std::memcpy(&lanes, values, sizeof(Lanes));
+  return lanes;
+}
+void store_lanes(float* values, Lanes lanes) { std::memcpy(values, &lanes, sizeof(Lanes)); }
+Lanes splat(float value) { return Lanes{value, value, value, value}; }
+
+// The whole [rows, width] tensor as fp32 (exact for bf16).
+std::vector<float> widened(const void* data, DType dtype, std::int64_t count) {
+  std::vector<float> out(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = load_as_f32(data, dtype, i);
+  return out;
+}
+
+// One sample's group of a [samples*seq, G*hd] fp32 tensor transposed to [hd, seq + padding]
+// (positions contiguous), so that consecutive positions' elements i sit side by side. A block of
+// dots may start at any position up to seq - 1: the padding (zeros, never used) covers its end.
+struct Transposed {
+  std::int64_t stride = 0;    // seq + kScoreBlock
+  std::vector<float> values;  // [hd, stride]
+  void fill(const std::vector<float>& source, const AttentionShape& shape, std::int64_t sample, std::int64_t group) {
+    const std::int64_t hd = shape.head_dim;
+    stride = shape.seq + kScoreBlock;
+    values.assign(static_cast<std::size_t>(hd * stride), 0.0f);
+    for (std::int64_t s = 0; s < shape.seq; ++s) {
+      const float* row = source.data() + ((sample * shape.seq + s) * shape.groups + group) * hd;
+      for (std::int64_t i = 0; i < hd; ++i) values[static_cast<std::size_t>(i * stride + s)] = row[i];
+    }
+  }
+};
+
+// dots[s - begin] = sum_i (row[i] * columns[i][s]) with i increasing, for the kScoreBlock
+// positions from `begin`: each lane is one dot product, summed in the order dot() sums it.
+void block_of_dots(const float* row, const Transposed& columns, std::int64_t hd, std::int64_t begin, float* dots) {
+  Lanes low = splat(0.0f);
+  Lanes high = splat(0.0f);
+  for (std::int64_t i = 0; i < hd; ++i) {
+    const float* column = columns.values.data() + i * columns.stride + begin;
+    const Lanes weight = splat(row[i]);
+    low += weight * load_lanes(column);
+    high += weight * load_lanes(column + kLanes);
+  }
+  store_lanes(dots, low);
+  store_lanes(dots + kLanes, high);
+}
+
+// target[0, hd) += weight * source[0, hd), element by element (hd lanes at a time).
+void add_scaled(float* target, float weight, const float* source, std::int64_t hd) {
+  std::int64_t i = 0;
+  const Lanes weights = splat(weight);
+  for (; i + kLanes <= hd; i += kLanes) store_lanes(target + i, load_lanes(target + i) + weights * load_lanes(source + i));
+  for (; i < hd; ++i) target[i] += weight * source[i];
+}
+
+float row_dot(const float* a, const float* b, std::int64_t hd) {
+  float sum = 0.0f;
+  for (std::int64_t i = 0; i < hd; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+}  // namespace
+
+void attention_forward_host(const AttentionForwardParams& p) {
+  const AttentionShape& shape = p.shape;
+  const std::int64_t hd = shape.head_dim;
+  const std::int64_t heads_per_group = shape.heads / shape.groups;
+  const std::int64_t rows = shape.samples * shape.seq;
+  const std::vector<float> query = widened(p.query, p.dtype, rows * shape.heads * hd);   // [rows, H*hd]
+  const std::vector<float> key = widened(p.key, p.dtype, rows * shape.groups * hd);      // [rows, G*hd]
+  const std::vector<float> value = widened(p.value, p.dtype, rows * shape.groups * hd);  // [rows, G*hd]
+  std::vector<float> dots(static_cast<std::size_t>(shape.seq + kScoreBlock));  // q . k of one row's span
+  std::vector<float> exps(static_cast<std::size_t>(shape.seq));                // exp(z - max)
+  std::vector<float> output(static_cast<std::size_t>(hd));                     // [hd]
+  Transposed keys;
+  for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
+    for (std::int64_t group = 0; group < shape.groups; ++group) {
+      keys.fill(key, shape, sample, group);
+      for (std::int64_t head = group * heads_per_group; head < (group + 1) * heads_per_group; ++head) {
+        for (std::int64_t t = 0; t < shape.seq; ++t) {
+          const std::int64_t first = p.attention_start[sample * shape.seq + t];
+          const float* q = query.data() + ((sample * shape.seq + t) * shape.heads + head) * hd;
+          for (std::int64_t s = first; s <= t; s += kScoreBlock) block_of_dots(q, keys, hd, s, dots.data() + s);
+          float max_score = 0.0f;
+          for (std::int64_t s = first; s <= t; ++s) {
+            const float z = dots[static_cast<std::size_t>(s)] * p.scale;
+            dots[static_cast<std::size_t>(s)] = z;
+            if (s == first || z > max_score) max_score = z;
+          }
+          float normalizer = 0.0f;
+          for (std::int64_t s = first; s <= t; ++s) {
+            exps[static_cast<std::size_t>(s)] = std::exp(dots[static_cast<std::size_t>(s)] - max_score);
+            normalizer += exps[static_cast<std::size_t>(s)];
+          }
+          p.logsumexp[(sample * shape.seq + t) * shape.heads + head] = max_score + std::log(normalizer);
+          std::fill(output.begin(), output.end(), 0.0f);
+          const auto value_row = [&](std::int64_t s) { return value.data() + ((sample * shape.seq + s) * shape.groups + group) * hd; };
+          if (p.dtype == DType::f32) {
+            for (std::int64_t s = first; s <= t; ++s) {
+              add_scaled(output.data(), exps[static_cast<std::size_t>(s)] / normalizer, value_row(s), hd);
+            }
+          } else {
+            // bf16: p~ = exp(z - m) rounded, m the running max over the key tiles so far
+            // (attention.hpp), then rescaled to the final max and normalized.
+            float running_max = -INFINITY;
+            for (std::int64_t tile = first / kAttentionKeyTile * kAttentionKeyTile; tile <= t; tile += kAttentionKeyTile) {
+              const std::int64_t begin = std::max(tile, first);
+              const std::int64_t end = std::min(tile + kAttentionKeyTile - 1, t);
+              for (std::int64_t s = begin; s <= end; ++s) running_max = std::max(running_max, dots[static_cast<std::size_t>(s)]);
+              const float rescale = std::exp(running_max - max_score) / normalizer;
+              for (std::int64_t s = begin; s <= end; ++s) {
+                const float rounded = round_to(DType::bf16, std::exp(dots[static_cast<std::size_t>(s)] - running_max));
+                add_scaled(output.data(), rounded * rescale, value_row(s), hd);
+              }
+            }
+          }
+          const std::int64_t out = ((sample * shape.seq + t) * shape.heads + head) * hd;
+          for (std::int64_t i = 0; i < hd; ++i) store_from_f32(p.context, p.dtype, out + i, output[static_cast<std::size_t>(i)]);
+        }
+      }
+    }
+  }
+}
+
+void attention_backward_host(const AttentionBackwardParams& p) {
+  const AttentionShape& shape = p.shape;
+  const std::int64_t hd = shape.head_dim;
+  const std::int64_t heads_per_group = shape.heads / shape.groups;
+  const std::int64_t rows = shape.samples * shape.seq;
+  const std::vector<float> query = widened(p.query, p.dtype, rows * shape.heads * hd);
+  const std::vector<float> key = widened(p.key, p.dtype, rows * shape.groups * hd);
+  const std::vector<float> value = widened(p.value, p.dtype, rows * shape.groups * hd);
+  const std::vector<float> context = widened(p.context, p.dtype, rows * shape.heads * hd);
+  const std::vector<float> context_grad = widened(p.context_grad, p.dtype, rows * shape.heads * hd);
+  std::vector<float> query_grad(static_cast<std::size_t>(rows * shape.heads * hd), 0.0f);  // [rows, H*hd]
+  std::vector<float> key_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);    // [rows, G*hd]
+  std::vector<float> value_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);  // [rows, G*hd]
+  std::vector<float> score_dots(static_cast<std::size_t>(shape.seq + kScoreBlock));        // q . k
+  std::vector<float> probability_dots(static_cast<std::size_t>(shape.seq + kScoreBlock));  // dctx . v
+  const bool rounded = p.dtype == DType::bf16;
+  Transposed keys;
+  Transposed values;
+  // The ordered twin walks (sample, head, t, s): heads in order, so a group's heads are
+  // consecutive and the group's transposes serve them all.
+  for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
+    for (std::int64_t group = 0; group < shape.groups; ++group) {
+      keys.fill(key, shape, sample, group);
+      values.fill(value, shape, sample, group);
+      for (std::int64_t head = group * heads_per_group; head < (group + 1) * heads_per_group; ++head) {
+        for (std::int64_t t = 0; t < shape.seq; ++t) {
+          const std::int64_t first = p.attention_start[sample * shape.seq + t];
+          const std::int64_t q = ((sample * shape.seq + t) * shape.heads + head) * hd;
+          const float lse = p.logsumexp[(sample * shape.seq + t) * shape.heads + head];
+          const float expected_grad = row_dot(context_grad.data() + q, context.data() + q, hd);  // D_t
+          for (std::int64_t s = first; s <= t; s += kScoreBlock) {
+            block_of_dots(query.data() + q, keys, hd, s, score_dots.data() + s);
+            block_of_dots(context_grad.data() + q, values, hd, s, probability_dots.data() + s);
+          }
+          for (std::int64_t s = first; s <= t; ++s) {
+            const std::int64_t kv = ((sample * shape.seq + s) * shape.groups + group) * hd;
+            const float z = score_dots[static_cast<std::size_t>(s)] * p.scale;
+            const float probability = std::exp(z - lse);
+            const float probability_grad = probability_dots[static_cast<std::size_t>(s)];
+            // fp32: dz scaled per term. bf16: p and dz rounded as the tensor cores take them, scale
+            // applied to the finished sums below (attention.hpp).
+            const float score_grad = rounded ? round_to(DType::bf16, probability * (probability_grad - expected_grad))
+                                             : probability * (probability_grad - expected_grad) * p.scale;
+            const float value_weight = rounded ? round_to(DType::bf16, probability) : probability;
+            add_scaled(query_grad.data() + q, score_grad, key.data() + kv, hd);
+            add_scaled(key_grad.data() + kv, score_grad, query.data() + q, hd);
+            add_scaled(value_grad.data() + kv, value_weight, context_grad.data() + q, hd);
           }
         }
       }

@@ -34,7 +34,16 @@ struct GemmParams {
   float beta = 0.0f;        // 0: C is overwritten (never read); 1: accumulate into C
 };
 
+// The cpu backend's GEMM (register-blocked), and the same arithmetic one element at a time: the
+// plain statement of each element's order (k increasing, no fused multiply-add). The two give the
+// same bits for every input (tests/production_ops_test.cpp).
 void gemm_host(const GemmParams& params);
+void gemm_host_ordered(const GemmParams& params);
+// The blocked kernel's vector widths (gemm_host takes the widest the processor has): the x86-64
+// baseline's SSE2 (or arm64's NEON), or AVX2. For tests and benchmarks.
+enum class HostSimd { baseline, avx2 };
+bool host_gemm_has(HostSimd simd);
+void gemm_host_with(const GemmParams& params, HostSimd simd);
 void gemm_cuda(const GemmParams& params, const CudaLaunch& launch);
 
 }  // namespace tandem::production
