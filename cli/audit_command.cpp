@@ -27,6 +27,7 @@ Command add_audit_command(CLI::App& parent) {
   command.app = sub;
   command.run = [state]() {
     const auto report = reference::audit_log(state->log_path);
+    for (const std::string& warning : report.warnings) std::cerr << "warning: " << warning << "\n";
     std::cout << "audit of " << state->log_path << ": " << report.iterations << " iterations, "
               << report.entries << " audited updates, main precision " << report.precision
               << "\n";

@@ -111,6 +111,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
     out << "resumed from " << config.checkpoint.load << " at iteration " << resumed_iteration << "\n";
     for (const std::string& change : resume_changes) out << "note: " << change << "\n";
   }
+  require_save_not_ahead(config, resumed_iteration);
   const bool saving = !config.checkpoint.save.empty();
   // One rank writes the whole state; several write a shard each (production/checkpointing.hpp);
   // all return once it is in place.

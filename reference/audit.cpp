@@ -76,15 +76,41 @@ AuditReport audit_log(const std::string& path) {
   AuditReport report;
   OptimizerConfig optimizer;
   bool have_header = false;
-  std::string line;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(input, line);) lines.push_back(std::move(line));
+  // The next line after `index` that holds anything, or none.
+  const auto next_content = [&lines](std::size_t index) -> const std::string* {
+    for (std::size_t next = index + 1; next < lines.size(); ++next) {
+      if (!lines[next].empty()) return &lines[next];
+    }
+    return nullptr;
+  };
   std::int64_t line_number = 0;
-  while (std::getline(input, line)) {
+  for (std::size_t index = 0; index < lines.size(); ++index) {
+    const std::string& line = lines[index];
     ++line_number;
     if (line.empty()) continue;
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& error) {
+      // A torn record: the run was killed while writing it. Skipped when nothing follows it or
+      // a resumed run's header does (JsonlLog starts a resumed run on a new line).
+      const std::string* next = next_content(index);
+      bool resumed_after = false;
+      if (next != nullptr) {
+        try {
+          resumed_after = nlohmann::json::parse(*next).value("type", "") == "header";
+        } catch (const nlohmann::json::parse_error&) {
+        }
+      }
+      if (next == nullptr || resumed_after) {
+        report.warnings.push_back("line " + std::to_string(line_number) + " is torn (" + std::to_string(line.size()) +
+                                  " bytes that are not JSON" +
+                                  (next == nullptr ? ", the last line" : ", before a resumed run's header") +
+                                  "): the run was killed while writing it; skipped");
+        continue;
+      }
       throw std::runtime_error("audit: " + path + " line " + std::to_string(line_number) +
                                " is not JSON (" + error.what() + ")");
     }

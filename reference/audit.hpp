@@ -27,6 +27,9 @@ struct AuditReport {
   std::int64_t iterations = 0;
   std::int64_t entries = 0;
   std::vector<AuditFinding> findings;  // every comparison
+  // Lines skipped as torn (a run killed while writing them): the last line, or a line followed by
+  // a resumed run's header. Any other line that is not JSON is an error.
+  std::vector<std::string> warnings;
   const AuditFinding* worst() const;   // largest error / bound; null when there are none
   bool ok() const;                     // every finding within its bound, and at least one
 };

@@ -58,6 +58,7 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
           "--reference-precision float50 or --load");
     }
   }
+  require_save_not_ahead(config, resumed_iteration);
   const bool saving = !config.checkpoint.save.empty();
   if (saving && !std::is_same_v<Real, double>) {
     throw std::runtime_error("--save: the float50 reference does not write checkpoints (they hold "

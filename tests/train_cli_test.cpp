@@ -76,6 +76,66 @@ TEST_F(TrainCli, AuditPassesOnARealLogAndRejectsATamperedOne) {
   EXPECT_NE(refused.output.find("MISMATCH"), std::string::npos) << refused.output;
 }
 
+// A run killed mid-record leaves a torn last line. The resumed run starts its header on a new line
+// (it was glued onto the torn record, corrupting the log mid-file), and tandem audit skips a torn
+// last line, or one before a resumed run's header, with a warning (it refused the whole log);
+// anything else that is not JSON is still refused.
+TEST_F(TrainCli, ATornLastLineStaysAloneWhenTheRunResumesAndAuditSkipsItWithAWarning) {
+  const auto save = root_ / "ckpt";
+  const auto log = save / "log.jsonl";
+  ASSERT_EQ(run_tandem(tiny({"--save", save.string(), "--exit-interval", "2", "--audit-params", "6"})).exit_code, 0);
+  const auto full_size = std::filesystem::file_size(log);
+  std::filesystem::resize_file(log, full_size - 25);  // the last record loses its end and newline
+  const auto torn_only = run_tandem({"audit", log.string()}, "", "2>&1");
+  EXPECT_EQ(torn_only.exit_code, 0) << torn_only.output;
+  EXPECT_NE(torn_only.output.find("warning: line 3 is torn"), std::string::npos) << torn_only.output;
+
+  ASSERT_EQ(run_tandem(tiny({"--load", save.string(), "--save", save.string(), "--audit-params", "6"})).exit_code, 0);
+  std::ifstream input(log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(input, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 1u + 2u + 1u + 4u);  // header, 2 records (one torn), header, 4 records
+  const auto parses = [](const std::string& line) { return nlohmann::json::accept(line); };
+  EXPECT_FALSE(parses(lines[2]));
+  for (const std::size_t whole : {0u, 1u, 3u, 4u, 7u}) EXPECT_TRUE(parses(lines[whole])) << whole;
+  EXPECT_EQ(nlohmann::json::parse(lines[3])["type"], "header");
+  const auto resumed = run_tandem({"audit", log.string()}, "", "2>&1");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("before a resumed run's header"), std::string::npos) << resumed.output;
+
+  // A damaged record in the middle of a run is not a torn write: refused.
+  {
+    std::ofstream out(log, std::ios::trunc);
+    for (std::size_t i = 0; i < lines.size(); ++i) out << (i == 5 ? "{\"type\": \"iteration\", \"itera" : lines[i]) << "\n";
+  }
+  const auto damaged = run_tandem({"audit", log.string()}, "", "2>&1");
+  EXPECT_NE(damaged.exit_code, 0) << damaged.output;
+  EXPECT_NE(damaged.output.find("line 6 is not JSON"), std::string::npos) << damaged.output;
+}
+
+// A restart that forgot --load, into a --save whose run is further on, is refused before anything
+// is written (it truncated log.jsonl and moved the tracker back, 6 -> 3): both engines.
+TEST_F(TrainCli, ARestartWithoutLoadIntoAFurtherSaveIsRefusedAndLosesNothing) {
+  for (const std::string engine : {"reference", "production"}) {
+    const auto save = root_ / ("ckpt-" + engine);
+    const auto run = [&](const std::vector<std::string>& extra) {
+      return run_tandem(tiny_train({"--engine", engine, "--device", "cpu"}, extra), "", "2>&1");
+    };
+    ASSERT_EQ(run({"--save", save.string()}).exit_code, 0);
+    const auto log_before = testing::bytes_of(save / "log.jsonl");
+    const auto tracker_before = testing::bytes_of(save / "latest_checkpointed_iteration.txt");
+    const auto restarted = run({"--save", save.string(), "--exit-interval", "3"});
+    EXPECT_EQ(restarted.exit_code, 2) << restarted.output;
+    EXPECT_NE(restarted.output.find("already holds a run's checkpoints up to iteration 6"), std::string::npos)
+        << restarted.output;
+    EXPECT_NE(restarted.output.find("--load " + save.string()), std::string::npos) << restarted.output;
+    EXPECT_EQ(testing::bytes_of(save / "log.jsonl"), log_before) << engine;
+    EXPECT_EQ(testing::bytes_of(save / "latest_checkpointed_iteration.txt"), tracker_before) << engine;
+    // Resuming it is what the message says to do, and works.
+    EXPECT_EQ(run({"--save", save.string(), "--load", save.string()}).exit_code, 0);
+  }
+}
+
 TEST_F(TrainCli, ResumeEqualsRunningStraightBitwise) {
   expect_resume_equals_straight("tiny", [&](std::vector<std::string> extra) { return tiny(extra); }, 4, 6);
 }

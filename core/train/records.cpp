@@ -1,6 +1,8 @@
 // JSON forms of the shared trainer records (records.hpp).
 #include "core/train/records.hpp"
 
+#include <fstream>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -105,10 +107,24 @@ void to_json(nlohmann::json& out, const IterationRecord& r) {
 }
 
 JsonlLog::JsonlLog(const std::string& path, bool append) : path_(path) {
+  // A run killed while writing leaves a torn last line: a resumed run starts on a new line, so its
+  // header is not glued onto the torn record (the torn line stays, alone; tandem audit skips it).
+  bool torn = false;
+  if (append) {
+    std::ifstream existing(path, std::ios::binary | std::ios::ate);
+    if (existing && existing.tellg() > 0) {
+      existing.seekg(-1, std::ios::end);
+      torn = existing.get() != '\n';
+    }
+  }
   file_.open(path, append ? std::ios::app : std::ios::trunc);
   if (!file_) {
     throw std::runtime_error("--log " + path + ": cannot open for writing (" +
                              std::strerror(errno) + "); fix: choose a writable path");
+  }
+  if (torn) {
+    file_ << '\n';
+    file_.flush();
   }
 }
 

@@ -1,6 +1,7 @@
 // The shared header record and progress line (run_support.hpp).
 #include "core/train/run_support.hpp"
 
+#include "core/args.hpp"
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/resume_check.hpp"
 #include "core/train/exit_signal.hpp"
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -193,6 +195,24 @@ bool resumes_from_load(const RunConfig& config, std::ostream& out) {
       << checkpoint::kTrackerFileName << " or " << checkpoint::kManifestFileName
       << "): starting from the initialization, as Megatron does\n";
   return false;
+}
+
+void require_save_not_ahead(const RunConfig& config, std::int64_t start_iteration) {
+  if (config.checkpoint.save.empty()) return;
+  std::optional<std::int64_t> saved;
+  try {
+    saved = checkpoint::read_latest_iteration(config.checkpoint.save);
+  } catch (const std::exception&) {
+    return;  // an unreadable tracker is the save's own error to report, not this check's
+  }
+  if (!saved || *saved <= start_iteration) return;
+  const std::string save = config.checkpoint.save;
+  throw ConfigError({ConfigIssue{
+      "--save", save,
+      "already holds a run's checkpoints up to iteration " + std::to_string(*saved) + ", and this run starts at " +
+          (start_iteration == 0 ? std::string("the initialization") : "iteration " + std::to_string(start_iteration)) +
+          ": it would truncate that run's log and move its tracker back",
+      "resume it with --load " + save + ", or give this run a --save directory of its own"}});
 }
 
 }  // namespace tandem

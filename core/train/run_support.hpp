@@ -64,6 +64,11 @@ std::string resolve_log_path(const RunConfig& config, const TrainOptions& option
 // warning, and so does tandem: the warning goes to `out`.
 bool resumes_from_load(const RunConfig& config, std::ostream& out);
 
+// Refuses (ConfigError, exit 2) a run that starts at `start_iteration` into a --save directory
+// whose tracker is further on: it would truncate that run's log and move its tracker back (a
+// restart that forgot --load). Both engines call it before they open the log.
+void require_save_not_ahead(const RunConfig& config, std::int64_t start_iteration);
+
 // What one invocation of a run did (the CLI prints it; tests read it).
 struct RunSummary {
   std::int64_t iterations = 0;       // run by this invocation
