@@ -501,6 +501,26 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   positive(batch.global_batch_size, "--global-batch-size");
   checker.throw_if_any();
 
+  // Every size and every product of sizes fits before anything uses it: a dimension in 2^31 - 1
+  // (kernels index with it; MPI counts are int), and the parameter count, the tokens of an update
+  // and every sample count in 2^53 (exact in the schedule's double arithmetic). Huge values
+  // crashed (segfault, SIGFPE) or overflowed silently.
+  constexpr std::int64_t kMaxDimension = 2147483647;
+  constexpr std::int64_t kMaxCount = std::int64_t{1} << 53;
+  for (const auto& [value, field] : std::initializer_list<std::pair<std::int64_t, const char*>>{
+           {model.num_layers, "--num-layers"}, {model.hidden_size, "--hidden-size"},
+           {model.ffn_hidden_size, "--ffn-hidden-size"}, {model.num_attention_heads, "--num-attention-heads"},
+           {model.num_query_groups, "--num-query-groups"}, {model.vocab_size, "--vocab-size"},
+           {model.make_vocab_size_divisible_by, "--make-vocab-size-divisible-by"}, {model.seq_length, "--seq-length"},
+           {parallel.tensor_parallel, "--tensor-model-parallel-size"},
+           {parallel.pipeline_parallel, "--pipeline-model-parallel-size"},
+           {parallel.context_parallel, "--context-parallel-size"}, {batch.micro_batch_size, "--micro-batch-size"},
+           {batch.global_batch_size, "--global-batch-size"}}) {
+    checker.check(value <= kMaxDimension, field, std::to_string(value),
+                  "must be at most 2,147,483,647 (2^31 - 1: tandem's kernels index with it)",
+                  "give a realistic size");
+  }
+  checker.throw_if_any();
   if (!args.given("--ffn-hidden-size")) {
     model.ffn_hidden_size = std::max<std::int64_t>(64, (8 * model.hidden_size / 3) / 64 * 64);
   }
@@ -518,6 +538,31 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                  "give --num-query-groups G with H divisible by G");
   }
   positive(model.num_query_groups, "--num-query-groups");
+  checker.throw_if_any();
+
+  {
+    // Products in long double (64-bit mantissa: exact far beyond these limits).
+    using Wide = long double;
+    const Wide d = static_cast<Wide>(model.hidden_size);
+    const Wide heads = static_cast<Wide>(model.num_attention_heads);
+    const Wide kv = static_cast<Wide>(model.num_query_groups) * (d / heads);
+    const Wide per_layer = 2 * d * d + 2 * d * kv + 3 * d * static_cast<Wide>(model.ffn_hidden_size) + 4 * d;
+    const Wide vocabulary = static_cast<Wide>(model.vocab_size) +
+                            static_cast<Wide>(model.make_vocab_size_divisible_by) * static_cast<Wide>(parallel.tensor_parallel);
+    const Wide parameters = static_cast<Wide>(model.num_layers) * per_layer + 2 * vocabulary * d;
+    checker.check(parameters <= static_cast<Wide>(kMaxCount), "--num-layers", text(static_cast<double>(model.num_layers)),
+                  "with --hidden-size " + text(static_cast<double>(model.hidden_size)) + ", --ffn-hidden-size " +
+                      text(static_cast<double>(model.ffn_hidden_size)) + " and the vocabulary gives about " +
+                      text(static_cast<double>(parameters)) + " parameters, beyond 2^53",
+                  "give a realistic model");
+    checker.check(vocabulary <= static_cast<Wide>(kMaxDimension), "--make-vocab-size-divisible-by",
+                  text(static_cast<double>(model.make_vocab_size_divisible_by)),
+                  "x --tensor-model-parallel-size pads the vocabulary beyond 2^31 - 1 rows",
+                  "give a divisor such as 128");
+    checker.check(static_cast<Wide>(batch.global_batch_size) * static_cast<Wide>(model.seq_length) <= static_cast<Wide>(kMaxCount),
+                  "--global-batch-size", text(static_cast<double>(batch.global_batch_size)),
+                  "x --seq-length is beyond 2^53 tokens an update", "give a realistic batch");
+  }
   checker.throw_if_any();
 
   const std::int64_t tp = parallel.tensor_parallel;
@@ -703,10 +748,26 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   checker.throw_if_any();
 
   if (iteration_based) {
+    for (const auto& [iterations, field] : std::initializer_list<std::pair<std::int64_t, const char*>>{
+             {args.train_iters, "--train-iters"}, {args.lr_warmup_iters, "--lr-warmup-iters"},
+             {args.lr_decay_iters, "--lr-decay-iters"}}) {
+      checker.check(iterations <= (std::int64_t{1} << 53) / gbs, field, text(static_cast<double>(iterations)),
+                    "x --global-batch-size (" + text(gbs) + ") is beyond 2^53 samples",
+                    "give a realistic number of updates");
+    }
+    checker.throw_if_any();
     schedule.train_samples = args.train_iters * gbs;
     schedule.lr_warmup_samples = args.lr_warmup_iters * gbs;
     schedule.lr_decay_samples = args.lr_decay_iters * gbs;
   }
+  for (const auto& [samples, field] : std::initializer_list<std::pair<std::int64_t, const char*>>{
+           {schedule.train_samples, "--train-samples"}, {schedule.lr_warmup_samples, "--lr-warmup-samples"},
+           {schedule.lr_decay_samples, "--lr-decay-samples"}}) {
+    checker.check(samples <= (std::int64_t{1} << 53), field, text(static_cast<double>(samples)),
+                  "is beyond 2^53 samples (the schedule counts them exactly in double)",
+                  "give a realistic count");
+  }
+  checker.throw_if_any();
   if (args.given("--train-tokens")) {
     const auto tokens = parse_token_count(args.train_tokens);
     if (!tokens) {

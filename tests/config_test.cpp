@@ -110,6 +110,28 @@ TEST(Config, GroupsAMultipleOrADivisorOfTp) {
                "--num-query-groups");
 }
 
+// Huge sizes crashed (segfault in the GEMM, SIGFPE in the model) or overflowed silently (a
+// 4.6e18-layer plan printed 24,608 parameters): every size and every product is range checked.
+TEST(Config, EverySizeAndEveryProductOfSizesFits) {
+  const std::string huge = "4611686018427387904";  // 2^62
+  for (const char* field : {"--ffn-hidden-size", "--vocab-size", "--make-vocab-size-divisible-by", "--num-layers",
+                            "--hidden-size", "--seq-length", "--global-batch-size"}) {
+    expect_issue(with(valid(), {field, huge}), field);
+  }
+  // Each within 2^31 - 1, their products not: 2e9 layers of width 2048 (about 1e17 parameters);
+  // a vocabulary padded past 2^31 rows; 2^31 - 1 samples of 2^31 - 1 tokens.
+  expect_issue(with(valid(), {"--num-layers", "2000000000", "--hidden-size", "2048", "--num-attention-heads", "16"}),
+               "--num-layers");
+  expect_issue(with(valid(), {"--make-vocab-size-divisible-by", "2000000000", "--tensor-model-parallel-size", "2"}),
+               "--make-vocab-size-divisible-by");
+  expect_issue({"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--micro-batch-size", "1",
+                "--seq-length", "2147483647", "--global-batch-size", "2147483647", "--train-samples", "2147483647"},
+               "--global-batch-size");
+  expect_issue({"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
+                "--micro-batch-size", "1", "--global-batch-size", "4", "--train-iters", "10", "--lr-warmup-iters", huge},
+               "--lr-warmup-iters");
+}
+
 TEST(Config, RealValuedSettingsAreFinite) {
   for (const char* field : {"--lr", "--min-lr", "--adam-eps", "--clip-grad", "--weight-decay", "--init-method-std"}) {
     for (const char* value : {"inf", "-inf", "nan", "1e400"}) {
@@ -395,6 +417,7 @@ TEST(ConfigThroughTheBinary, EveryRuleExitsTwoNamingItsField) {
       {{"--overlap-param-gather", "--overlap-grad-reduce"}, "--overlap-param-gather"},
       {{"--lr-warmup-samples", "65"}, "--lr-warmup-samples"},
       {{"--lr", "inf"}, "--lr"},
+      {{"--ffn-hidden-size", "4611686018427387904"}, "--ffn-hidden-size"},
       {{"--min-lr", "2e-3"}, "--min-lr"},
       {{"--adam-beta1", "1"}, "--adam-beta1"},
       {{"--adam-beta2", "-0.1"}, "--adam-beta2"},
