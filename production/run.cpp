@@ -3,6 +3,7 @@
 #include "production/run.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <vector>
@@ -10,7 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/args.hpp"
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/save_lock.hpp"
 #include "core/data/training_data.hpp"
 #include "core/train/audit_selection.hpp"
 #include "core/train/records.hpp"
@@ -102,6 +105,23 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   faults.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
   production.hooks = make_test_hooks(faults);
   Trainer trainer(config, [source](std::int64_t index) { return source->sample(index); }, production);
+
+  // One run at a time in a --save directory (core/checkpoint/save_lock.hpp): rank 0 holds the
+  // lock; every rank learns whether it got it, so a refusal ends every rank alike (exit 2).
+  std::optional<checkpoint::SaveLock> save_lock;
+  std::string lock_refused;
+  if (lead && !config.checkpoint.save.empty()) {
+    try {
+      save_lock.emplace(config.checkpoint.save);
+    } catch (const ConfigError& error) {
+      lock_refused = error.issues().front().rule;
+    }
+  }
+  const std::vector<std::string> refusals = all_gather_strings(trainer.collectives(), lock_refused);
+  if (!refusals.front().empty()) {
+    throw ConfigError({ConfigIssue{"--save", config.checkpoint.save, refusals.front(),
+                                   "wait for that run to end, or give this run a --save directory of its own"}});
+  }
 
   std::int64_t resumed_iteration = 0;
   std::vector<std::string> resume_changes;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -19,6 +20,7 @@
 #include "core/model_layout.hpp"
 #include "core/train/audit_selection.hpp"
 #include "core/train/records.hpp"
+#include "core/checkpoint/save_lock.hpp"
 #include "core/train/run_support.hpp"
 #include "reference/checkpointing.hpp"
 #include "reference/trainer.hpp"
@@ -41,6 +43,10 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
   switches.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
   switches.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
   Trainer<Real> trainer(config, samples, switches);
+
+  // One run at a time in a --save directory (core/checkpoint/save_lock.hpp).
+  std::optional<checkpoint::SaveLock> save_lock;
+  if (!config.checkpoint.save.empty()) save_lock.emplace(config.checkpoint.save);
 
   std::int64_t resumed_iteration = 0;
   std::vector<std::string> resume_changes;

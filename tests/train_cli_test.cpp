@@ -136,6 +136,41 @@ TEST_F(TrainCli, ARestartWithoutLoadIntoAFurtherSaveIsRefusedAndLosesNothing) {
   }
 }
 
+// Two runs started into one --save mixed their checkpoints and tore the log: the second (either
+// engine) now refuses at start, naming the holder, and loses nothing; the lock dies with its
+// process, even under kill -9, so the directory is usable at once afterwards.
+TEST_F(TrainCli, ASecondRunIntoTheSameSaveIsRefusedNamingTheHolderUntilTheFirstDies) {
+  const auto save = root_ / "shared";
+  const auto command = [&](const std::string& engine, const std::vector<std::string>& extra) {
+    std::string line = testing::shell_quoted(TANDEM_BINARY);
+    for (const auto& word : tiny_train({"--engine", engine, "--device", "cpu"}, extra)) line += " " + testing::shell_quoted(word);
+    return line;
+  };
+  const std::string log = testing::shell_quoted((save / "log.jsonl").string());
+  const auto result = testing::run_shell(
+      command("production", {"--save", save.string(), "--train-samples", "400000", "--lr-decay-samples", "400000"}) +
+      " > /dev/null 2>&1 &\n"
+      "first=$!\n"
+      "i=0; while [ $i -lt 1200 ]; do grep -q '\"type\":\"iteration\"' " + log +
+      " 2>/dev/null && break; sleep 0.05; i=$((i+1)); done\n" +
+      command("production", {"--save", save.string()}) + " > " + testing::shell_quoted((root_ / "second.txt").string()) +
+      " 2>&1; echo second=$?\n" +
+      command("reference", {"--save", save.string()}) + " > " + testing::shell_quoted((root_ / "third.txt").string()) +
+      " 2>&1; echo third=$?\n"
+      "echo first_pid=$first\n"
+      "kill -9 $first; wait $first 2>/dev/null\n" +
+      command("reference", {"--save", save.string(), "--load", save.string()}) + " > /dev/null 2>&1; echo after=$?\n");
+  EXPECT_NE(result.output.find("second=2"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("third=2"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("after=0"), std::string::npos) << result.output;
+  const std::string pid_line = result.output.substr(result.output.find("first_pid=") + 10);
+  const std::string pid = pid_line.substr(0, pid_line.find('\n'));
+  for (const char* refused : {"second.txt", "third.txt"}) {
+    const std::string text = testing::bytes_of(root_ / refused);
+    EXPECT_NE(text.find("is in use by another run (process " + pid + " on "), std::string::npos) << refused << ": " << text;
+  }
+}
+
 TEST_F(TrainCli, ResumeEqualsRunningStraightBitwise) {
   expect_resume_equals_straight("tiny", [&](std::vector<std::string> extra) { return tiny(extra); }, 4, 6);
 }
