@@ -186,7 +186,7 @@ Command add_check_command(CLI::App& parent) {
   add_run_options(*sub, state->run);
   const std::string group = "Check";
   sub->add_option("--updates", state->updates, "updates to compare (default: 3)")
-      ->check(CLI::PositiveNumber)->group(group);
+      ->check(at_least_one())->group(group);
   sub->add_option("--fast-twin", state->fast_twin,
                   "production (the production trainer, held against the double reference) | "
                   "reference-double (held against the 50-digit reference) (default: production)")

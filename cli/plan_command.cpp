@@ -68,7 +68,7 @@ Command add_plan_command(CLI::App& parent) {
       ->group(group);
   sub->add_option("--gpu-memory-gib", state->plan.gpu_memory_gib,
                   "memory budget per GPU (GiB = 2^30 bytes; default: 80)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->group(group);
   sub->add_option("--recompute-granularity", state->recompute,
                   "activation recomputation assumed for memory: none | selective | full "

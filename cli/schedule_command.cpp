@@ -233,7 +233,7 @@ Command add_schedule_command(CLI::App& parent) {
   const std::string group = "Schedule output";
   sub->add_option("--every", state->every,
                   "print every N-th update, always the first and the last (updates; default: 1)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least_one())
       ->group(group);
   CLI::Option* csv = sub->add_flag(
       "--csv", state->csv,

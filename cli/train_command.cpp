@@ -10,6 +10,7 @@
 #include "cli/command.hpp"
 #include "cli/ranks.hpp"
 #include "core/args.hpp"
+#include "core/model_layout.hpp"
 #include "core/train/exit_signal.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/mpi.hpp"
@@ -37,6 +38,14 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
     for (const std::string& warning : config.argument_warnings) std::cerr << "warning: " << warning << "\n";
   }
   TrainOptions options = state.options;
+  // More audited elements than the model has would log every element every iteration (51 MB for 4
+  // iterations of a tiny model at --audit-params 1e12).
+  const std::int64_t parameters = make_model_layout(config.model).total_elements;
+  if (options.audit_params > parameters) {
+    throw ConfigError({ConfigIssue{"--audit-params", std::to_string(options.audit_params),
+                                   "is more than the model's " + std::to_string(parameters) + " parameters",
+                                   "give at most " + std::to_string(parameters) + " (a few dozen suffice for tandem audit)"}});
+  }
   if (options.exit_signal_handler) install_exit_signal_handler();
   options.test_nonfinite_gradient_iterations = {state.nonfinite_iterations.begin(),
                                                 state.nonfinite_iterations.end()};
@@ -119,18 +128,18 @@ Command add_train_command(CLI::App& parent) {
                   "parameter elements (chosen by --seed from both decay groups) whose AdamW "
                   "inputs and result every iteration record carries, for `tandem audit` "
                   "(default: 0)")
-      ->check(CLI::NonNegativeNumber)->group(group);
+      ->check(non_negative())->group(group);
   sub->add_option("--max-consecutive-skips", options.max_consecutive_skips,
                   "stop with an error after this many skipped updates in a row, after a final "
                   "checkpoint (updates; default: 10)")
-      ->check(CLI::PositiveNumber)->group(group);
+      ->check(at_least_one())->group(group);
   sub->add_option("--data-cache", options.data_cache,
                   "directory the embedded corpus is built into when no --data-path is given "
                   "(default: $TMPDIR/tandem-default-corpus)")->group(group);
   sub->add_option("--exit-interval", options.exit_interval,
                   "stop after the iteration that is a multiple of this, saving a checkpoint "
                   "with --save (Megatron's option; iterations; default: 0 = run to the end)")
-      ->check(CLI::NonNegativeNumber)->group(group);
+      ->check(non_negative())->group(group);
   sub->add_flag("--exit-signal-handler", options.exit_signal_handler,
                 "on SIGTERM (Slurm's warning before the time limit, scancel), finish the iteration, "
                 "save a checkpoint with --save and exit 0; any rank's signal stops every rank "
@@ -139,7 +148,7 @@ Command add_train_command(CLI::App& parent) {
                   "stop, saving a checkpoint with --save, after the first iteration that ends this "
                   "long after the start (minutes, fractions allowed; Megatron's option; default: 0 = "
                   "never)")
-      ->check(CLI::NonNegativeNumber)->group(group);
+      ->check(non_negative())->group(group);
   sub->add_flag("--quiet", options.quiet, "no progress line per iteration")->group(group);
   // Test-only (hidden): make the reduced gradient of these iterations NaN (SPEC 8 tests).
   sub->add_option("--test-nonfinite-gradient-iterations", state->nonfinite_iterations)

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
+#include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -141,6 +144,26 @@ std::optional<double> parse_token_count(const std::string& input) {
   if (consumed != digits.size() || !std::isfinite(value) || value <= 0.0) return std::nullopt;
   return value * multiplier;
 }
+
+namespace {
+
+CLI::Validator number_at_least(double minimum, bool strictly, const std::string& rule) {
+  return CLI::Validator(
+      [minimum, strictly, rule](std::string& input) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(input.c_str(), &end);
+        if (end == input.c_str() || *end != '\0' || !std::isfinite(value)) return input + " is not a finite number";
+        const bool within = strictly ? value > minimum : value >= minimum;
+        return within ? std::string() : input + " " + rule;
+      },
+      rule, "at least");
+}
+
+}  // namespace
+
+CLI::Validator at_least_one() { return number_at_least(1.0, false, "must be at least 1"); }
+CLI::Validator non_negative() { return number_at_least(0.0, false, "must be >= 0"); }
+CLI::Validator positive_number() { return number_at_least(0.0, true, "must be > 0"); }
 
 bool RunArguments::given(const std::string& long_name) const {
   const CLI::Option* option = app->get_option_no_throw(long_name);
@@ -466,6 +489,15 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   if (!args.given("--seq-length")) {
     config.argument_warnings.push_back("--seq-length not given: tandem's default " + text(model.seq_length) +
                                        " positions (Megatron requires it)");
+  }
+
+  // --save and --load name directories: an existing file there is refused before anything runs
+  // (--save FILE gave a raw file-system error; --load FILE would start from the initialization).
+  for (const auto& [path, field] : std::initializer_list<std::pair<const std::string*, const char*>>{
+           {&config.checkpoint.save, "--save"}, {&config.checkpoint.load, "--load"}}) {
+    std::error_code ignored;
+    checker.check(path->empty() || !std::filesystem::exists(*path, ignored) || std::filesystem::is_directory(*path, ignored),
+                  field, *path, "is a file: it must name a directory", "give a directory (it is created when missing)");
   }
 
   // Every real-valued setting is a finite number: `--lr inf` or `--lr 1e400` (which parses as
@@ -895,7 +927,91 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   return config;
 }
 
+namespace {
+
+// Levenshtein distance, for "did you mean".
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The long option names of the subcommand named by argv[1] (or of `app`).
+std::vector<std::string> option_names(CLI::App& app, int argc, const char* const* argv) {
+  CLI::App* command = &app;
+  if (argc > 1) {
+    for (CLI::App* sub : app.get_subcommands({})) {
+      if (sub->get_name() == argv[1]) command = sub;
+    }
+  }
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command->get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+  }
+  return names;
+}
+
+// The words the parser could not place (`extras`, which CLI11 lists in reverse), in the order
+// given, each unknown option with the nearest option's name ("--hiden-size: no such option; did
+// you mean --hidden-size?").
+std::string unplaced_words(CLI::App& app, int argc, const char* const* argv, const std::string& extras_message) {
+  std::vector<std::string> extras;
+  std::istringstream listed(extras_message.substr(extras_message.find(": ") + 2));
+  for (std::string word; listed >> word;) extras.push_back(word);
+  const std::vector<std::string> names = option_names(app, argc, argv);
+  std::string out;
+  std::vector<std::string> stray;
+  for (int i = 2; i < argc; ++i) {
+    std::string word = argv[i];
+    const auto extra = std::find(extras.begin(), extras.end(), word);
+    if (extra == extras.end()) continue;
+    extras.erase(extra);
+    if (word.rfind("--", 0) != 0) {
+      stray.push_back(word);
+      continue;
+    }
+    word = word.substr(0, word.find('='));
+    std::string nearest;
+    std::size_t best = 4;  // suggest only a close name
+    for (const std::string& name : names) {
+      const std::size_t distance = edit_distance(word, name);
+      if (distance < best) {
+        best = distance;
+        nearest = name;
+      }
+    }
+    out += "error: " + word + ": no such option" + (nearest.empty() ? "" : "; did you mean " + nearest + "?") + "\n";
+  }
+  if (!stray.empty()) {
+    out += "error: words that belong to no option:";
+    for (const std::string& word : stray) out += " " + word;
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 std::optional<int> parse_or_exit_code(CLI::App& app, int argc, const char* const* argv) {
+  // A single dash before a long name (-hidden-size) reads as -h plus letters and printed the
+  // help with exit 0.
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.size() > 2 && word[0] == '-' && word[1] != '-' && std::isalpha(static_cast<unsigned char>(word[1])) &&
+        std::isalpha(static_cast<unsigned char>(word[2]))) {
+      std::cerr << "error: " << word << ": one dash before a long option name; fix: -" << word << "\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {
@@ -903,8 +1019,15 @@ std::optional<int> parse_or_exit_code(CLI::App& app, int argc, const char* const
   } catch (const CLI::CallForAllHelp& help) {
     return app.exit(help);
   } catch (const CLI::ParseError& error) {
-    std::cerr << "error: " << error.what() << "\n"
-              << "fix: see `" << app.get_name() << " --help` for every option\n";
+    const bool extras = dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr;
+    const std::string unknown = extras ? unplaced_words(app, argc, argv, error.what()) : std::string();
+    if (!unknown.empty()) {
+      std::cerr << unknown;
+    } else {
+      std::cerr << "error: " << error.what() << "\n";
+    }
+    std::cerr << "fix: see `" << app.get_name() << (argc > 1 ? std::string(" ") + argv[1] : std::string())
+              << " --help` for every option\n";
     return 2;
   } catch (const ConfigError& error) {
     std::cerr << error.what();

@@ -82,6 +82,12 @@ struct RunArguments {
   bool given(const std::string& long_name) const;  // "--seq-length" -> was it given?
 };
 
+// Range validators whose messages say the rule ("must be at least 1", "must be >= 0"), where
+// CLI11's PositiveNumber printed a 309-digit range; for finite numbers.
+CLI::Validator at_least_one();
+CLI::Validator non_negative();
+CLI::Validator positive_number();  // > 0
+
 // Binds every run option (Megatron's names, tandem's own, and --config FILE.json) on `app`.
 void add_run_options(CLI::App& app, RunArguments& args);
 

@@ -669,6 +669,15 @@ TEST(Checkpoint, RefusesEveryCorruptionNamingTheFile) {
     needles.push_back((dir.path() / corruption.file).string());
     expect_error([&] { load_checkpoint(dir.path()); }, needles);
   }
+  // Whitespace around the tracker's number is stripped, as Megatron's int(f.read().strip()): a
+  // tracker holding " 7" (or "7\t\n") loads (it was refused).
+  for (const char* padded : {" 7", "7\t\n", "  7  \n"}) {
+    TempDir dir;
+    const auto state = known_state(config, 7);
+    save_checkpoint(dir.path(), state);
+    write_text(dir.path() / "latest_checkpointed_iteration.txt", padded);
+    EXPECT_EQ(load_checkpoint(dir.path()), state) << "tracker \"" << padded << "\"";
+  }
   TempDir empty;
   expect_error([&] { load_checkpoint(empty.path()); }, {empty.path().string(), "neither"});
   expect_error([&] { load_checkpoint(empty.path() / "absent"); }, {"does not exist"});

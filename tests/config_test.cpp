@@ -1,6 +1,8 @@
 // Configuration: every validation rule of the foundation issue gets its error (naming the field)
 // in-process, and bad input through the real binary exits non-zero with that error on stderr.
 #include <algorithm>
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -438,6 +440,47 @@ TEST(ConfigThroughTheBinary, EveryRuleExitsTwoNamingItsField) {
   std::vector<std::string> good = {"plan"};
   for (const auto& argument : valid()) good.push_back(argument);
   EXPECT_EQ(testing::run_tandem(good, "", "2>&1").exit_code, 0);  // the control passes
+}
+
+// Issue 14's small command-line defects, each through the binary: a single dash before a long
+// name printed the help with exit 0; a misspelt option got no suggestion and the stray words came
+// in reverse order; `--every 0` printed a 309-digit range; --save naming a file gave a raw
+// file-system error; --audit-params beyond the model's parameters was accepted.
+TEST(CommandLine, MistakesGetAClearErrorAndExitTwo) {
+  const auto plan = [](std::vector<std::string> extra) {
+    std::vector<std::string> arguments = {"plan"};
+    for (const auto& argument : with(valid(), extra)) arguments.push_back(argument);
+    return testing::run_tandem(arguments, "", "2>&1");
+  };
+  const auto single_dash = plan({"-hidden-size", "64"});
+  EXPECT_EQ(single_dash.exit_code, 2) << single_dash.output;
+  EXPECT_NE(single_dash.output.find("fix: --hidden-size"), std::string::npos) << single_dash.output;
+  const auto misspelt = plan({"--hiden-size", "64", "stray", "words"});
+  EXPECT_EQ(misspelt.exit_code, 2) << misspelt.output;
+  EXPECT_NE(misspelt.output.find("--hiden-size: no such option; did you mean --hidden-size?"), std::string::npos)
+      << misspelt.output;
+  EXPECT_NE(misspelt.output.find("belong to no option: 64 stray words"), std::string::npos) << misspelt.output;
+
+  std::vector<std::string> every = {"schedule", "--every", "0"};
+  for (const auto& argument : valid()) every.push_back(argument);
+  const auto zero = testing::run_tandem(every, "", "2>&1");
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_NE(zero.output.find("must be at least 1"), std::string::npos) << zero.output;
+  EXPECT_EQ(zero.output.find("179769313486231570814527"), std::string::npos) << zero.output;
+
+  const auto file = std::filesystem::temp_directory_path() / ("tandem_save_file_" + std::to_string(::getpid()));
+  std::ofstream(file) << "not a directory";
+  const auto save_file = plan({"--save", file.string()});
+  std::filesystem::remove(file);
+  EXPECT_EQ(save_file.exit_code, 2) << save_file.output;
+  EXPECT_NE(save_file.output.find("--save = " + file.string() + ": is a file"), std::string::npos) << save_file.output;
+
+  std::vector<std::string> train = {"train", "--device", "cpu", "--audit-params", "1000000000000"};
+  for (const auto& argument : valid()) train.push_back(argument);
+  const auto audit = testing::run_tandem(train, "", "2>&1");
+  EXPECT_EQ(audit.exit_code, 2) << audit.output;
+  EXPECT_NE(audit.output.find("--audit-params = 1000000000000: is more than the model's"), std::string::npos)
+      << audit.output;
 }
 
 TEST(TokenCount, SuffixesAndRejections) {

@@ -83,11 +83,13 @@ std::optional<std::int64_t> read_latest_iteration(const fs::path& save_dir) {
   if (!in) return std::nullopt;
   std::stringstream text;
   text << in.rdbuf();
+  // Whitespace around the number is stripped, as Megatron's int(f.read().strip()) does.
   std::string value = text.str();
-  while (!value.empty() && (value.back() == '\n' || value.back() == '\r' || value.back() == ' ')) {
-    value.pop_back();
-  }
-  return parse_iteration(value, tracker);
+  const auto blank = [](char c) { return c == '\n' || c == '\r' || c == ' ' || c == '\t'; };
+  while (!value.empty() && blank(value.back())) value.pop_back();
+  std::size_t first = 0;
+  while (first < value.size() && blank(value[first])) ++first;
+  return parse_iteration(value.substr(first), tracker);
 }
 
 bool holds_checkpoint(const fs::path& load_dir) {

@@ -133,7 +133,10 @@ void JsonlLog::write(const nlohmann::json& record) {
   // non-finite loss or norm of a skipped update.
   file_ << record.dump() << '\n';
   file_.flush();
-  if (!file_) throw std::runtime_error("--log " + path_ + ": write failed");
+  if (!file_) {
+    throw std::runtime_error("--log " + path_ + ": write failed (" + std::strerror(errno) +
+                             "); fix: free space on that file system or choose another --log");
+  }
 }
 
 }  // namespace tandem
