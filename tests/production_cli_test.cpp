@@ -273,6 +273,33 @@ TEST_F(ProductionCli, SigtermToOneRankStopsEveryRankWithACheckpointAndResumeIsBi
 
 // --exit-duration-in-mins: every rank passes a few milliseconds during the first iteration, so the
 // run stops after it, saving; the message names the option.
+// After kill -9 of mpirun, the ranks went on training and saving (in one trial to the end), racing
+// the job's restart: now the kernel kills each rank when its launcher dies (PR_SET_PDEATHSIG).
+TEST_F(ProductionCli, TheRanksStopWhenMpirunIsKilled) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const auto save = root_ / "orphans";
+  std::string command = mpirun + testing::shell_quoted(TANDEM_BINARY);
+  for (const auto& word : tiny({"--save", save.string(), "--train-samples", "400000", "--lr-decay-samples", "400000"})) {
+    command += " " + testing::shell_quoted(word);
+  }
+  const std::string log = testing::shell_quoted((save / "log.jsonl").string());
+  // The ranks' command lines (not mpirun's, nor this script's shell): the binary, then the save.
+  const std::string marker = testing::shell_quoted("^" + std::string(TANDEM_BINARY) + " train .*" + save.string());
+  const auto result = testing::run_shell(
+      command + " > /dev/null 2>&1 &\n"
+      "launcher=$!\n"
+      "i=0; while [ $i -lt 1200 ]; do grep -q '\"type\":\"iteration\"' " + log +
+      " 2>/dev/null && break; sleep 0.05; i=$((i+1)); done\n"
+      "echo ranks_before=$(pgrep -f -c -- " + marker + ")\n"
+      "kill -9 $launcher; wait $launcher 2>/dev/null\n"
+      "i=0; while [ $i -lt 100 ]; do [ \"$(pgrep -f -c -- " + marker + ")\" = 0 ] && break; sleep 0.05; i=$((i+1)); done\n"
+      "echo ranks_after=$(pgrep -f -c -- " + marker + ")\n"
+      "pkill -9 -f -- " + marker + "\n");
+  EXPECT_NE(result.output.find("ranks_before=2"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("ranks_after=0"), std::string::npos) << result.output;
+}
+
 TEST_F(ProductionCli, ExitDurationStopsEveryRankAfterTheIterationThatPassesIt) {
   const std::string mpirun = testing::mpirun_prefix(2);
   if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";

@@ -2,6 +2,9 @@
 #include "production/collectives/mpi.hpp"
 
 #include <mpi.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
@@ -98,6 +101,11 @@ MpiSession::MpiSession(bool force) {
   int initialized = 0;
   check(MPI_Initialized(&initialized), "MPI_Initialized");
   if (initialized) throw std::logic_error("MpiSession: MPI is already initialized (one session per process)");
+  // A rank outlives its launcher only as an orphan that goes on training and saving, racing the
+  // job's restart: when the launcher (mpirun, or srun's step daemon) dies, the kernel kills this
+  // rank. Its last checkpoint is intact (saves are atomic).
+  const pid_t launcher = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != launcher) ::raise(SIGKILL);
   int provided = 0;
   // Serialized: one thread at a time, which may be a lane's worker (comm_lane.hpp) while the
   // main thread computes; an MPI that offers less makes the cpu backend's lanes run inline.
