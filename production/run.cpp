@@ -3,6 +3,9 @@
 #include "production/run.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -15,6 +18,7 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/save_lock.hpp"
 #include "core/data/training_data.hpp"
+#include "core/planner.hpp"
 #include "core/train/audit_selection.hpp"
 #include "core/train/records.hpp"
 #include "core/train/run_support.hpp"
@@ -66,8 +70,68 @@ RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& p
   ranks.tensor_parallel = group(RankGroupKind::tensor);
   ranks.world = [on_device](Backend& backend) { return on_device(backend, make_mpi_collectives()); };
   ranks.barrier = [&session] { session.barrier(); };
+  ranks.all_gather_text = [](const std::string& text) {
+    const std::shared_ptr<Collectives> world = make_mpi_collectives();
+    return all_gather_strings(*world, text);
+  };
   return ranks;
 }
+
+namespace {
+
+// Bytes this machine can give a rank now: the device's free memory on cuda, MemAvailable of
+// /proc/meminfo on cpu; nothing when it cannot tell.
+std::optional<double> available_bytes(Device device, int device_index) {
+  if (device == Device::cuda) {
+    const tandem::cuda::DeviceMemory memory = tandem::cuda::device_memory(device_index);
+    return memory.total_bytes > 0 ? std::optional<double>(static_cast<double>(memory.free_bytes)) : std::nullopt;
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    double kibibytes = 0;
+    std::string unit;
+    meminfo >> kibibytes >> unit;
+    if (key == "MemAvailable:") return kibibytes * 1024.0;
+  }
+  return std::nullopt;
+}
+
+// Refuses in milliseconds a run whose memory cannot fit (a 10^8-position sequence ran 12 s and
+// took 6.4 GiB before std::bad_alloc): the plan's model state and stored activations per rank
+// (core/planner.hpp, which counts tandem's own trainer) are a lower bound of what the trainer
+// allocates; the rank's share of what is available must hold them.
+std::optional<ConfigIssue> memory_shortfall(const RunConfig& config, Device device, int device_index, int ranks_here) {
+  const std::optional<double> available = available_bytes(device, device_index);
+  if (!available) return std::nullopt;
+  const Plan plan = make_plan(config, PlanOptions{});
+  const StageMemory& stage = plan.memory.stages.front();
+  constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+  const double needed = plan.memory.peak_gib * kGib;
+  const double share = *available / (device == Device::cpu ? std::max(ranks_here, 1) : 1);
+  if (needed <= share) return std::nullopt;
+  const bool activations_dominate = stage.activations_gib >= stage.total_gib - stage.activations_gib;
+  const auto gib = [](double value) {
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
+    return text.str();
+  };
+  const std::string numbers = "needs at least " + gib(needed / kGib) + " GiB a rank (" + gib(stage.activations_gib) +
+                              " GiB of stored activations, " + gib(stage.total_gib - stage.activations_gib) +
+                              " GiB of weights, gradients and optimizer state), and " +
+                              (device == Device::cpu ? "this machine has " : "the device has ") + gib(share / kGib) +
+                              " GiB available" +
+                              (ranks_here > 1 && device == Device::cpu ? " for each of its " + std::to_string(ranks_here) + " ranks" : "");
+  if (activations_dominate) {
+    return ConfigIssue{"--seq-length", std::to_string(config.model.seq_length),
+                       "with --micro-batch-size " + std::to_string(config.batch.micro_batch_size) + " the run " + numbers,
+                       "shorten --seq-length or --micro-batch-size, or add tensor-parallel ranks"};
+  }
+  return ConfigIssue{"--hidden-size", std::to_string(config.model.hidden_size),
+                     "with --num-layers " + std::to_string(config.model.num_layers) + " the model " + numbers,
+                     "a smaller model, tensor-parallel ranks or --use-distributed-optimizer"};
+}
+
+}  // namespace
 
 RunSummary run_production_training(const RunConfig& config, const TrainOptions& options,
                                    std::ostream& out, const RankSetup& ranks) {
@@ -104,6 +168,14 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   faults.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
   faults.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
   production.hooks = make_test_hooks(faults);
+  // Every rank decides on the same verdict (each reads its own free memory): one refusal ends all.
+  const std::optional<ConfigIssue> shortfall =
+      memory_shortfall(config, production.device, production.device_index, ranks.local_size);
+  for (const std::string& refusal : ranks.all_gather_text(shortfall ? format_issues({*shortfall}) : std::string())) {
+    if (refusal.empty()) continue;
+    throw ConfigError({shortfall ? *shortfall
+                                 : ConfigIssue{"memory", "another rank", refusal, "see that rank's numbers above"}});
+  }
   Trainer trainer(config, [source](std::int64_t index) { return source->sample(index); }, production);
 
   // One run at a time in a --save directory (core/checkpoint/save_lock.hpp): rank 0 holds the

@@ -9,6 +9,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 #include "core/train/run_support.hpp"
@@ -38,6 +39,10 @@ struct RankSetup {
   CollectivesFactory tensor_parallel;      // its tensor-parallel group; empty: TP 1
   CollectivesFactory world;                // every rank; empty: the data-parallel group
   std::function<void()> barrier = [] {};   // every rank waits here
+  // Every rank's text, in rank order (host memory; before the Trainer's collectives exist).
+  std::function<std::vector<std::string>(const std::string&)> all_gather_text = [](const std::string& text) {
+    return std::vector<std::string>{text};
+  };
 };
 
 // This process's RankSetup when a launcher started the world (session active): its groups in

@@ -273,6 +273,23 @@ TEST_F(ProductionCli, SigtermToOneRankStopsEveryRankWithACheckpointAndResumeIsBi
 
 // --exit-duration-in-mins: every rank passes a few milliseconds during the first iteration, so the
 // run stops after it, saving; the message names the option.
+// A run that cannot fit is refused before it allocates (a 10^8-position sequence ran 12 s and took
+// 6.4 GiB before std::bad_alloc): exit 2 naming the field, what it needs and what there is; under
+// mpirun every rank refuses alike (no rank is left waiting).
+TEST_F(ProductionCli, ARunThatCannotFitIsRefusedBeforeItAllocates) {
+  const auto huge = tiny({"--seq-length", "100000000"});
+  const auto alone = run_tandem(huge, "", "2>&1");
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  for (const char* words : {"--seq-length = 100000000", "GiB of stored activations", "GiB available"}) {
+    EXPECT_NE(alone.output.find(words), std::string::npos) << words << "\n" << alone.output;
+  }
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) return;
+  const auto ranks = run_tandem(huge, mpirun, "2>&1");
+  EXPECT_NE(ranks.exit_code, 0) << ranks.output;
+  EXPECT_NE(ranks.output.find("--seq-length = 100000000"), std::string::npos) << ranks.output;
+}
+
 // After kill -9 of mpirun, the ranks went on training and saving (in one trial to the end), racing
 // the job's restart: now the kernel kills each rank when its launcher dies (PR_SET_PDEATHSIG).
 TEST_F(ProductionCli, TheRanksStopWhenMpirunIsKilled) {
