@@ -6,6 +6,7 @@
 // Every comparison here is exact: files are compared byte for byte, values bit for bit, and
 // conversions against their round-to-nearest-even derivation.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -584,6 +585,22 @@ TEST(Checkpoint, LoadsTheLatestAGivenIterationOrAnIterDirectory) {
   again.counters.pad_tokens = 99;
   save_checkpoint(dir.path(), again);
   EXPECT_EQ(load_checkpoint(dir.path()).counters.pad_tokens, 99);
+}
+
+// A checkpoint gets the modes the user's umask gives any new file (mkdtemp and mkstemp made them
+// 0700 and 0600, so a team could not read them on a shared file system).
+TEST(Checkpoint, ItsDirectoriesAndFilesFollowTheUmask) {
+  const RunConfig config = tiny_run_config();
+  for (const mode_t mask : {mode_t{022}, mode_t{027}}) {
+    const mode_t previous = ::umask(mask);
+    TempDir dir;
+    const fs::path iter_dir = save_checkpoint(dir.path(), known_state(config, 3));
+    ::umask(previous);
+    const auto mode = [](const fs::path& path) { return static_cast<mode_t>(fs::status(path).permissions()) & 0777; };
+    EXPECT_EQ(mode(iter_dir), 0777 & ~mask) << iter_dir;
+    for (const auto& entry : fs::directory_iterator(iter_dir)) EXPECT_EQ(mode(entry.path()), 0666 & ~mask) << entry.path();
+    EXPECT_EQ(mode(dir.path() / "latest_checkpointed_iteration.txt"), 0666 & ~mask);
+  }
 }
 
 TEST(Checkpoint, RefusesTensorsNotInTheMainPrecision) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
@@ -28,6 +29,29 @@ constexpr std::string_view kStagingMarker = ".tmp-";
 
 void fsync_fd(int fd, const fs::path& path) {
   if (::fsync(fd) != 0) throw_os_error("cannot fsync", path, errno);
+}
+
+// The process's umask, read without changing it (umask(2) sets it too, racing other threads).
+mode_t process_umask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string key; status >> key;) {
+    if (key == "Umask:") {
+      std::string octal;
+      status >> octal;
+      return static_cast<mode_t>(std::stoul(octal, nullptr, 8));
+    }
+    std::string rest;
+    std::getline(status, rest);
+  }
+  return 022;
+}
+
+// mkstemp and mkdtemp create 0600 files and 0700 directories whatever the umask: give staged
+// checkpoints the modes any file the user creates gets, so a team can read them on a shared file
+// system.
+void apply_umask(const char* path, bool directory) {
+  const mode_t mode = (directory ? 0777 : 0666) & ~process_umask();
+  if (::chmod(path, mode) != 0) throw_os_error("cannot set the mode of", fs::path(path), errno);
 }
 
 // mkstemp/mkdtemp want a mutable template ending in XXXXXX.
@@ -82,7 +106,7 @@ FileDigest digest_file(const fs::path& path) {
 }
 
 FileWriter::FileWriter(fs::path path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask
   if (fd_ < 0) throw_os_error("cannot create", path_, errno);
   buffer_.reserve(kWriteBufferBytes);
 }
@@ -156,6 +180,7 @@ FileDigest write_file_atomically(const fs::path& path, std::string_view contents
   if (fd < 0) throw_os_error("cannot create a temporary file beside", path, errno);
   ::close(fd);
   const fs::path staging{name.data()};
+  apply_umask(name.data(), false);
   try {
     FileWriter writer(staging);
     writer.write(contents);
@@ -177,6 +202,7 @@ StagedDirectory::StagedDirectory(fs::path final_path) : final_path_(std::move(fi
     throw_os_error("cannot create a staging directory beside", final_path_, errno);
   }
   staging_path_ = fs::path(name.data());
+  apply_umask(name.data(), true);
 }
 
 StagedDirectory::~StagedDirectory() {
