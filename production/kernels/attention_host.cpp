@@ -170,9 +170,9 @@ Lanes load_lanes(const float* values) {
 void store_lanes(float* values, Lanes lanes) { std::memcpy(values, &lanes, sizeof(Lanes)); }
 Lanes splat(float value) { return Lanes{value, value, value, value}; }
 
-// The whole [rows, width] tensor as fp32 (exact for bf16).
-std::vector<float> widened(const void* data, DType dtype, std::int64_t count) {
-  std::vector<float> out(static_cast<std::size_t>(count));
+// The whole [rows, width] tensor as fp32 (exact for bf16), into `out` (its storage reused).
+const std::vector<float>& widen_into(std::vector<float>& out, const void* data, DType dtype, std::int64_t count) {
+  out.resize(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = load_as_f32(data, dtype, i);
   return out;
 }
@@ -223,6 +223,19 @@ float row_dot(const float* a, const float* b, std::int64_t hd) {
   return sum;
 }
 
+// Every buffer of the fast kernels, kept per thread across calls: no allocation once they are
+// large enough.
+struct Scratch {
+  std::vector<float> query, key, value, context, context_grad;  // widened operands
+  std::vector<float> query_grad, key_grad, value_grad;          // fp32 sums
+  std::vector<float> dots, probability_dots, exps, output;
+  Transposed keys, values;
+};
+Scratch& thread_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 }  // namespace
 
 void attention_forward_host(const AttentionForwardParams& p) {
@@ -230,13 +243,17 @@ void attention_forward_host(const AttentionForwardParams& p) {
   const std::int64_t hd = shape.head_dim;
   const std::int64_t heads_per_group = shape.heads / shape.groups;
   const std::int64_t rows = shape.samples * shape.seq;
-  const std::vector<float> query = widened(p.query, p.dtype, rows * shape.heads * hd);   // [rows, H*hd]
-  const std::vector<float> key = widened(p.key, p.dtype, rows * shape.groups * hd);      // [rows, G*hd]
-  const std::vector<float> value = widened(p.value, p.dtype, rows * shape.groups * hd);  // [rows, G*hd]
-  std::vector<float> dots(static_cast<std::size_t>(shape.seq + kScoreBlock));  // q . k of one row's span
-  std::vector<float> exps(static_cast<std::size_t>(shape.seq));                // exp(z - max)
-  std::vector<float> output(static_cast<std::size_t>(hd));                     // [hd]
-  Transposed keys;
+  Scratch& scratch = thread_scratch();
+  const std::vector<float>& query = widen_into(scratch.query, p.query, p.dtype, rows * shape.heads * hd);   // [rows, H*hd]
+  const std::vector<float>& key = widen_into(scratch.key, p.key, p.dtype, rows * shape.groups * hd);        // [rows, G*hd]
+  const std::vector<float>& value = widen_into(scratch.value, p.value, p.dtype, rows * shape.groups * hd);  // [rows, G*hd]
+  std::vector<float>& dots = scratch.dots;  // q . k of one row's span
+  dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
+  std::vector<float>& exps = scratch.exps;  // exp(z - max)
+  exps.resize(static_cast<std::size_t>(shape.seq));
+  std::vector<float>& output = scratch.output;  // [hd]
+  output.resize(static_cast<std::size_t>(hd));
+  Transposed& keys = scratch.keys;
   for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
     for (std::int64_t group = 0; group < shape.groups; ++group) {
       keys.fill(key, shape, sample, group);
@@ -291,19 +308,26 @@ void attention_backward_host(const AttentionBackwardParams& p) {
   const std::int64_t hd = shape.head_dim;
   const std::int64_t heads_per_group = shape.heads / shape.groups;
   const std::int64_t rows = shape.samples * shape.seq;
-  const std::vector<float> query = widened(p.query, p.dtype, rows * shape.heads * hd);
-  const std::vector<float> key = widened(p.key, p.dtype, rows * shape.groups * hd);
-  const std::vector<float> value = widened(p.value, p.dtype, rows * shape.groups * hd);
-  const std::vector<float> context = widened(p.context, p.dtype, rows * shape.heads * hd);
-  const std::vector<float> context_grad = widened(p.context_grad, p.dtype, rows * shape.heads * hd);
-  std::vector<float> query_grad(static_cast<std::size_t>(rows * shape.heads * hd), 0.0f);  // [rows, H*hd]
-  std::vector<float> key_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);    // [rows, G*hd]
-  std::vector<float> value_grad(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);  // [rows, G*hd]
-  std::vector<float> score_dots(static_cast<std::size_t>(shape.seq + kScoreBlock));        // q . k
-  std::vector<float> probability_dots(static_cast<std::size_t>(shape.seq + kScoreBlock));  // dctx . v
+  Scratch& scratch = thread_scratch();
+  const std::vector<float>& query = widen_into(scratch.query, p.query, p.dtype, rows * shape.heads * hd);
+  const std::vector<float>& key = widen_into(scratch.key, p.key, p.dtype, rows * shape.groups * hd);
+  const std::vector<float>& value = widen_into(scratch.value, p.value, p.dtype, rows * shape.groups * hd);
+  const std::vector<float>& context = widen_into(scratch.context, p.context, p.dtype, rows * shape.heads * hd);
+  const std::vector<float>& context_grad =
+      widen_into(scratch.context_grad, p.context_grad, p.dtype, rows * shape.heads * hd);
+  std::vector<float>& query_grad = scratch.query_grad;  // [rows, H*hd]
+  query_grad.assign(static_cast<std::size_t>(rows * shape.heads * hd), 0.0f);
+  std::vector<float>& key_grad = scratch.key_grad;  // [rows, G*hd]
+  key_grad.assign(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);
+  std::vector<float>& value_grad = scratch.value_grad;  // [rows, G*hd]
+  value_grad.assign(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);
+  std::vector<float>& score_dots = scratch.dots;  // q . k
+  score_dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
+  std::vector<float>& probability_dots = scratch.probability_dots;  // dctx . v
+  probability_dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
   const bool rounded = p.dtype == DType::bf16;
-  Transposed keys;
-  Transposed values;
+  Transposed& keys = scratch.keys;
+  Transposed& values = scratch.values;
   // The ordered twin walks (sample, head, t, s): heads in order, so a group's heads are
   // consecutive and the group's transposes serve them all.
   for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
