@@ -10,6 +10,7 @@
 #include "cli/command.hpp"
 #include "core/args.hpp"
 #include "core/planner.hpp"
+#include "core/pipeline_layout.hpp"
 #include "core/rank_grid.hpp"
 
 namespace tandem::cli {
@@ -26,12 +27,20 @@ struct PlanCommandState {
 
 // `--rank R`: where global rank R sits in the run's rank grid (core/rank_grid.hpp) and the members
 // of each of its groups, so a user can see where GPU 4,097 of the seed's 5,120 sits.
-nlohmann::json rank_json(const RankGrid& grid, std::int64_t rank) {
+nlohmann::json rank_json(const RankGrid& grid, const PipelineStages& stages, std::int64_t rank) {
   const RankCoordinates at = grid.coordinates(rank);
+  nlohmann::json chunks = nlohmann::json::array();
+  for (std::int64_t chunk = 0; chunk < stages.virtual_stages(); ++chunk) {
+    const LayerRange layers = stages.layers(at.pipeline, chunk);
+    chunks.push_back({{"chunk", chunk}, {"first_layer", layers.begin}, {"layers", layers.size()},
+                      {"embedding", PipelineStages::holds_embedding(at.pipeline, chunk)},
+                      {"output_and_loss", stages.holds_output(at.pipeline, chunk)}});
+  }
   nlohmann::json out = {{"rank", rank},
                         {"grid", grid.describe()},
                         {"coordinates", {{"tensor", at.tensor}, {"context", at.context}, {"data", at.data},
-                                         {"pipeline", at.pipeline}}}};
+                                         {"pipeline", at.pipeline}}},
+                        {"model_chunks", chunks}};
   for (const RankGroupKind kind : kRankGroupKinds) {
     out["groups"][to_string(kind)] = {{"index", grid.group_index(kind, rank)},
                                       {"rank_in_group", grid.rank_in_group(kind, rank)},
@@ -40,11 +49,16 @@ nlohmann::json rank_json(const RankGrid& grid, std::int64_t rank) {
   return out;
 }
 
-void print_rank(std::ostream& out, const RankGrid& grid, std::int64_t rank) {
+void print_rank(std::ostream& out, const RankGrid& grid, const PipelineStages& stages, std::int64_t rank) {
   const RankCoordinates at = grid.coordinates(rank);
+  const bool first = PipelineStages::holds_embedding(at.pipeline, 0);
+  const bool last = stages.holds_output(at.pipeline, stages.virtual_stages() - 1);
   out << "\nRank " << rank << " of " << grid.describe() << "\n"
       << "  coordinates: tensor " << at.tensor << ", context " << at.context << ", data " << at.data
-      << ", pipeline stage " << at.pipeline << "\n";
+      << ", pipeline stage " << at.pipeline << "\n"
+      << "  holds: " << (first ? "the embedding, " : "") << stages.describe(at.pipeline)
+      << (stages.virtual_stages() > 1 ? " (" + std::to_string(stages.virtual_stages()) + " model chunks)" : "")
+      << (last ? ", the final norm, output layer and loss" : "") << "\n";
   for (const RankGroupKind kind : kRankGroupKinds) {
     const auto members = grid.members(kind, rank);
     out << "  " << to_string(kind) << " group";
@@ -97,11 +111,11 @@ Command add_plan_command(CLI::App& parent) {
     if (state->json) {
       nlohmann::json out;
       to_json(out, plan);
-      if (state->rank >= 0) out["rank"] = rank_json(grid, state->rank);
+      if (state->rank >= 0) out["rank"] = rank_json(grid, PipelineStages(pipeline_split(config.model, config.parallel)), state->rank);
       std::cout << out.dump(2) << "\n";
     } else {
       print_plan(std::cout, plan);
-      if (state->rank >= 0) print_rank(std::cout, grid, state->rank);
+      if (state->rank >= 0) print_rank(std::cout, grid, PipelineStages(pipeline_split(config.model, config.parallel)), state->rank);
     }
     return 0;
   };

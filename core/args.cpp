@@ -17,6 +17,7 @@
 
 #include "core/data/blend.hpp"
 #include "core/data/split.hpp"
+#include "core/pipeline_layout.hpp"
 
 namespace tandem {
 namespace {
@@ -240,6 +241,23 @@ void add_run_options(CLI::App& app, RunArguments& args) {
       ->capture_default_str()->group(parallel);
   app.add_option("--num-layers-per-virtual-pipeline-stage", args.num_layers_per_virtual_stage,
                  "layers per interleaved pipeline chunk (default: not interleaved)")
+      ->check(at_least_one())->group(parallel);
+  app.add_option("--num-virtual-stages-per-pipeline-rank", args.num_virtual_stages_per_pipeline_rank,
+                 "interleaved model chunks per pipeline rank (the other way to ask for interleaving; "
+                 "needed with an uneven first or last stage)")
+      ->check(at_least_one())->group(parallel);
+  app.add_option("--decoder-first-pipeline-num-layers", v.parallel.first_pipeline_stage_layers,
+                 "decoder layers on the first pipeline stage (default: the even split)")
+      ->check(at_least_one())->group(parallel);
+  app.add_option("--decoder-last-pipeline-num-layers", v.parallel.last_pipeline_stage_layers,
+                 "decoder layers on the last pipeline stage (default: the even split)")
+      ->check(at_least_one())->group(parallel);
+  app.add_flag("--account-for-embedding-in-pipeline-split",
+               v.parallel.account_for_embedding_in_pipeline_split,
+               "count the embedding as one layer of the first stage when splitting the layers")
+      ->group(parallel);
+  app.add_flag("--account-for-loss-in-pipeline-split", v.parallel.account_for_loss_in_pipeline_split,
+               "count the loss as one layer of the last stage when splitting the layers")
       ->group(parallel);
   app.add_option("--world-size", v.parallel.world_size,
                  "ranks in all, for planning without a launcher (default: TP x PP x CP x DP)")
@@ -629,9 +647,6 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                   text(model.ffn_hidden_size) + default_note("--ffn-hidden-size"),
                   "must be divisible by --tensor-model-parallel-size (" + text(tp) + ")",
                   "choose F a multiple of TP");
-    checker.check(model.num_layers % pp == 0, "--num-layers", text(model.num_layers) + default_note("--num-layers"),
-                  "must be divisible by --pipeline-model-parallel-size (" + text(pp) + ")",
-                  "choose L a multiple of PP");
     checker.check(model.head_dim() % 2 == 0 || model.hidden_size % model.num_attention_heads != 0,
                   "--hidden-size", text(model.hidden_size),
                   "head dim d/H must be even for rotary pairs (SPEC 4)",
@@ -676,8 +691,22 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                 "must be > 0", "use 0.02");
   model.padded_vocab_size = round_up(model.vocab_size, model.make_vocab_size_divisible_by * tp);
 
-  if (args.num_layers_per_virtual_stage > 0) {
-    const std::int64_t layers_per_stage = model.num_layers / pp;
+  // Interleaving (Megatron's arguments.py): chunks per rank from the layers per chunk or given.
+  checker.check(args.num_layers_per_virtual_stage == 0 || args.num_virtual_stages_per_pipeline_rank == 0,
+                "--num-layers-per-virtual-pipeline-stage", text(args.num_layers_per_virtual_stage),
+                "cannot be set together with --num-virtual-stages-per-pipeline-rank (Megatron)",
+                "give one of the two");
+  const bool uneven = parallel.first_pipeline_stage_layers > 0 || parallel.last_pipeline_stage_layers > 0;
+  checker.check(args.num_layers_per_virtual_stage == 0 || !uneven, "--num-layers-per-virtual-pipeline-stage",
+                text(args.num_layers_per_virtual_stage),
+                "cannot express chunks with an uneven first or last stage (Megatron)",
+                "use --num-virtual-stages-per-pipeline-rank");
+  if (args.num_virtual_stages_per_pipeline_rank > 0) {
+    parallel.virtual_pipeline_stages = args.num_virtual_stages_per_pipeline_rank;
+  } else if (args.num_layers_per_virtual_stage > 0 && !uneven) {
+    const std::int64_t accounted = model.num_layers + parallel.account_for_embedding_in_pipeline_split +
+                                   parallel.account_for_loss_in_pipeline_split;
+    const std::int64_t layers_per_stage = accounted / pp;
     checker.check(pp > 1, "--num-layers-per-virtual-pipeline-stage",
                   text(args.num_layers_per_virtual_stage),
                   "interleaving needs --pipeline-model-parallel-size > 1 (Megatron)",
@@ -688,7 +717,15 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                   "must divide the layers per pipeline stage (" + text(layers_per_stage) + ")",
                   "choose a divisor of L / PP");
     if (layers_per_stage % args.num_layers_per_virtual_stage == 0) {
-      parallel.virtual_pipeline_stages = layers_per_stage / args.num_layers_per_virtual_stage;
+      parallel.virtual_pipeline_stages = std::max<std::int64_t>(1, layers_per_stage / args.num_layers_per_virtual_stage);
+    }
+  }
+  // The layers of every stage and chunk (Megatron's split; core/pipeline_layout.hpp).
+  if (launch.needs_architecture || architecture_given) {
+    try {
+      (void)PipelineStages(pipeline_split(model, parallel));
+    } catch (const ConfigError& error) {
+      for (const ConfigIssue& issue : error.issues()) checker.fail(issue.field, issue.value, issue.rule, issue.fix);
     }
   }
 

@@ -64,6 +64,7 @@ struct RunArguments {
   std::int64_t lr_decay_iters = 0;
   double lr_warmup_fraction = 0.0;
   std::int64_t num_layers_per_virtual_stage = 0;
+  std::int64_t num_virtual_stages_per_pipeline_rank = 0;
   std::int64_t max_position_embeddings = 0;
   std::int64_t data_parallel_size = 0;
   bool fp16 = false;

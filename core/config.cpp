@@ -16,11 +16,12 @@ std::int64_t gradient_bucket_parameters(const ParallelConfig& parallel) {
 }
 
 std::vector<GradientBucket> gradient_buckets(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
-                                             std::int64_t bucket_parameters) {
-  if (total < 0 || ranks < 1 || alignment < 1 || bucket_parameters < 0) {
+                                             std::int64_t bucket_parameters, std::int64_t leading) {
+  if (total < 0 || ranks < 1 || alignment < 1 || bucket_parameters < 0 || leading < 0) {
     throw std::invalid_argument("gradient_buckets: total " + std::to_string(total) + ", ranks " +
                                 std::to_string(ranks) + ", alignment " + std::to_string(alignment) +
-                                ", bucket parameters " + std::to_string(bucket_parameters));
+                                ", bucket parameters " + std::to_string(bucket_parameters) + ", leading " +
+                                std::to_string(leading));
   }
   const std::int64_t unit = ranks * alignment;
   const auto round_up = [unit](std::int64_t elements) {
@@ -29,11 +30,16 @@ std::vector<GradientBucket> gradient_buckets(std::int64_t total, std::int64_t ra
   const std::int64_t bucket = round_up(bucket_parameters == 0 ? total : bucket_parameters);
   std::vector<GradientBucket> buckets;
   std::int64_t begin = 0;
-  do {
-    const std::int64_t elements = std::min(bucket, round_up(total - begin));
-    buckets.push_back(GradientBucket{begin, elements});
-    begin += elements;
-  } while (begin < total);
+  // Buckets from `begin` until `end` is covered (at least one when none exists yet).
+  const auto cut = [&](std::int64_t end) {
+    while (begin < end || buckets.empty()) {
+      const std::int64_t elements = std::min(bucket, round_up(end - begin));
+      buckets.push_back(GradientBucket{begin, elements});
+      begin += elements;
+    }
+  };
+  if (leading > 0) cut(std::min(leading, total));
+  cut(total);
   return buckets;
 }
 
@@ -105,6 +111,10 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
        {{"tensor_parallel", p.tensor_parallel}, {"pipeline_parallel", p.pipeline_parallel},
         {"context_parallel", p.context_parallel}, {"data_parallel", p.data_parallel},
         {"world_size", p.world_size}, {"virtual_pipeline_stages", p.virtual_pipeline_stages},
+        {"first_pipeline_stage_layers", p.first_pipeline_stage_layers},
+        {"last_pipeline_stage_layers", p.last_pipeline_stage_layers},
+        {"account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split},
+        {"account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split},
         {"sequence_parallel", p.sequence_parallel},
         {"use_distributed_optimizer", p.use_distributed_optimizer},
         {"overlap_grad_reduce", p.overlap_grad_reduce},

@@ -44,6 +44,14 @@ struct ParallelConfig {
   std::int64_t data_parallel = 1;       // DP: replicas; derived = world / (TP x PP x CP)
   std::int64_t world_size = 1;          // ranks in all (--world-size when planning)
   std::int64_t virtual_pipeline_stages = 1;  // interleaved 1F1B chunks per PP rank (1 = plain)
+  // Megatron's uneven split (core/pipeline_layout.hpp): decoder layers on the first and on the last
+  // pipeline stage (--decoder-first/last-pipeline-num-layers); 0 = not set, the even split.
+  std::int64_t first_pipeline_stage_layers = 0;
+  std::int64_t last_pipeline_stage_layers = 0;
+  // Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding (the loss) counts as
+  // one layer of the first (last) stage when the layers are split.
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   bool sequence_parallel = false;       // requires TP > 1
   bool use_distributed_optimizer = false;  // shard main params and Adam moments over DP
   // Megatron's overlap of the data-parallel exchanges with compute (production/trainer.hpp): the
@@ -72,10 +80,12 @@ struct GradientBucket {
 // The production trainer's buckets (production/sharding.hpp), one rule for it and the planner:
 // buckets of `bucket_parameters` rounded up to a multiple of ranks x alignment, in flat order, the
 // last one holding the rest padded to such a multiple (at least one bucket); bucket_parameters = 0:
-// one bucket. Throws std::invalid_argument for a negative total or bucket size, or ranks or
-// alignment below 1.
+// one bucket. `leading` > 0: the first `leading` elements are cut into buckets of their own (the
+// same cut as the rest), so buffers that begin with the same leading elements give every rank the
+// same slices of them (a tied embedding's two pipeline stages). Throws std::invalid_argument for a
+// negative total, bucket size or leading count, or ranks or alignment below 1.
 std::vector<GradientBucket> gradient_buckets(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
-                                             std::int64_t bucket_parameters);
+                                             std::int64_t bucket_parameters, std::int64_t leading = 0);
 
 struct BatchConfig {
   std::int64_t micro_batch_size = 1;    // samples per microbatch per replica

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/pipeline_layout.hpp"
 #include "core/schedule.hpp"
 
 namespace tandem {
@@ -149,7 +150,8 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
   const std::int64_t tp = parallel.tensor_parallel;
   const std::int64_t pp = parallel.pipeline_parallel;
   const std::int64_t v = parallel.virtual_pipeline_stages;
-  const std::int64_t layers_per_stage = model.num_layers / pp;
+  // Megatron's split (core/pipeline_layout.hpp): even, or an uneven first and last stage.
+  const PipelineStages stages(pipeline_split(model, parallel));
   const std::int64_t microbatches = config.microbatches_per_replica();
 
   MemoryPlan memory;
@@ -187,6 +189,7 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
                               static_cast<double>(tp);
 
   auto stage_memory = [&](const std::string& name, bool first, bool last) {
+    const std::int64_t layers_per_stage = stages.layers_on(first ? 0 : pp - 1);
     StageMemory stage;
     stage.stage = name;
     stage.parameters_per_gpu = layers_per_stage * layer_gpu;

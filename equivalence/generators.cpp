@@ -50,7 +50,7 @@ namespace {
 rc::Gen<ModelConfig> model_config() {
   return rc::gen::exec([] {
     ModelConfig model;
-    model.num_layers = *rc::gen::inRange<std::int64_t>(1, 3);
+    model.num_layers = *rc::gen::inRange<std::int64_t>(1, 5);  // 2 and 4 split into pipeline stages
     model.num_attention_heads = *any_of<std::int64_t>({1, 2, 4});
     model.num_query_groups = *rc::gen::elementOf(divisors(model.num_attention_heads));
     model.hidden_size = model.num_attention_heads * *any_of<std::int64_t>({2, 4});
@@ -119,14 +119,28 @@ RunConfig with_layout(RunConfig config, const BatchLayout& layout) {
   config.parallel.data_parallel = layout.data_parallel;
   config.parallel.tensor_parallel = layout.tensor_parallel;
   config.parallel.sequence_parallel = layout.sequence_parallel && layout.tensor_parallel > 1;
-  config.parallel.world_size = layout.data_parallel * layout.tensor_parallel;
+  config.parallel.pipeline_parallel = layout.pipeline_parallel;
+  config.parallel.virtual_pipeline_stages = layout.virtual_stages;
+  config.parallel.world_size = layout.data_parallel * layout.tensor_parallel * layout.pipeline_parallel;
   return config;
 }
 
 BatchLayout without_model_parallelism(BatchLayout layout) {
   layout.tensor_parallel = 1;
   layout.sequence_parallel = false;
+  layout.pipeline_parallel = 1;
+  layout.virtual_stages = 1;
   return layout;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> pipeline_layouts(const ModelConfig& model) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out = {{1, 1}};
+  for (const std::int64_t stages : {2, 4}) {
+    for (const std::int64_t chunks : {1, 2}) {
+      if (model.num_layers % (stages * chunks) == 0) out.emplace_back(stages, chunks);
+    }
+  }
+  return out;
 }
 
 std::vector<std::int64_t> tensor_parallel_sizes(const ModelConfig& model, std::int64_t largest) {
@@ -176,6 +190,15 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
     // parallelism splits the microbatch's positions: seq is a multiple of every TP drawn.
     c.test_layout.tensor_parallel = *rc::gen::elementOf(tensor_parallel_sizes(config.model));
     c.test_layout.sequence_parallel = c.test_layout.tensor_parallel > 1 && *rc::gen::arbitrary<bool>();
+    // ... and its pipeline parallelism: stages (and chunks a stage) dividing the layers.
+    // One stage half the time: PP's cases cost a thread per stage.
+    const auto layouts_of_stages = pipeline_layouts(config.model);
+    const bool staged = layouts_of_stages.size() > 1 && *rc::gen::arbitrary<bool>();
+    const auto [stages, chunks] =
+        staged ? *rc::gen::elementOf(std::vector(layouts_of_stages.begin() + 1, layouts_of_stages.end()))
+               : layouts_of_stages.front();
+    c.test_layout.pipeline_parallel = stages;
+    c.test_layout.virtual_stages = chunks;
     // SPEC 5: microbatch-mean is not split-invariant, so its reference runs the same layout.
     c.reference_layout = data.loss_normalization == LossNormalization::per_token
                              ? *rc::gen::elementOf(layouts)
@@ -263,6 +286,8 @@ std::string case_name(const UpdateCase& c) {
      << c.test_layout.data_parallel
      << (c.test_layout.tensor_parallel > 1 ? " TP " + std::to_string(c.test_layout.tensor_parallel) : "")
      << (c.test_layout.sequence_parallel ? " sequence-parallel" : "")
+     << (c.test_layout.pipeline_parallel > 1 ? " PP " + std::to_string(c.test_layout.pipeline_parallel) : "")
+     << (c.test_layout.virtual_stages > 1 ? " x" + std::to_string(c.test_layout.virtual_stages) + " chunks" : "")
      << (r.parallel.use_distributed_optimizer ? " distributed-optimizer" : "")
      << (r.parallel.overlap_grad_reduce ? " overlap-grad-reduce bucket " + std::to_string(r.parallel.ddp_bucket_size) : "")
      << (r.parallel.overlap_param_gather ? " overlap-param-gather" : "")

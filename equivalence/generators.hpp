@@ -23,6 +23,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rapidcheck.h>
@@ -45,6 +46,9 @@ struct BatchLayout {
   // The twin under test's tensor parallelism (production; the reference has none: SPEC 13).
   std::int64_t tensor_parallel = 1;
   bool sequence_parallel = false;
+  // ... and its pipeline parallelism: stages and model chunks per stage (core/pipeline_layout.hpp).
+  std::int64_t pipeline_parallel = 1;
+  std::int64_t virtual_stages = 1;
   std::int64_t global_batch_size() const { return micro_batch_size * microbatches * data_parallel; }
 };
 
@@ -98,6 +102,9 @@ BatchLayout without_model_parallelism(BatchLayout layout);
 // The TP sizes a model can be split over (1 always): H, F and the padded vocabulary divisible, G a
 // multiple or a divisor (G < TP: each key/value group shared by TP/G ranks), at most `largest`.
 std::vector<std::int64_t> tensor_parallel_sizes(const ModelConfig& model, std::int64_t largest = 4);
+// The (stages, chunks a stage) pipeline layouts of PP 1, 2, 4 whose virtual stages divide the
+// layers (Megatron's even split), (1, 1) first.
+std::vector<std::pair<std::int64_t, std::int64_t>> pipeline_layouts(const ModelConfig& model);
 
 // The run config of `c` laid out as `layout` (batch and parallel sections).
 RunConfig with_layout(RunConfig config, const BatchLayout& layout);

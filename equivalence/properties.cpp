@@ -55,16 +55,22 @@ void adapt_to(const TwinKind& kind, UpdateCase& c) {
   std::int64_t required_data_parallel = kind.required_data_parallel;
   if (const std::int64_t world = kind.required_world_size; world > 0) {
     // The largest TP up to the drawn one that divides the world (the drawn TP splits the model,
-    // so every power of two below it does too); the rest of the ranks are replicas.
+    // so every power of two below it does too), then the largest PP that divides the rest (one
+    // stage at least); the rest of the ranks are replicas.
     while (world % c.test_layout.tensor_parallel != 0) c.test_layout.tensor_parallel /= 2;
     c.test_layout.sequence_parallel = c.test_layout.sequence_parallel && c.test_layout.tensor_parallel > 1;
-    required_data_parallel = world / c.test_layout.tensor_parallel;
+    while ((world / c.test_layout.tensor_parallel) % c.test_layout.pipeline_parallel != 0) {
+      c.test_layout.pipeline_parallel /= 2;  // 4 -> 2 -> 1: each still divides the layers
+    }
+    if (c.test_layout.pipeline_parallel == 1) c.test_layout.virtual_stages = 1;
+    required_data_parallel = world / c.test_layout.tensor_parallel / c.test_layout.pipeline_parallel;
   }
   if (const std::int64_t ranks = required_data_parallel; ranks > 0 && c.test_layout.data_parallel != ranks) {
     if (c.test_layout.global_batch_size() % ranks != 0) scale_global_batch(c, ranks);
     const std::int64_t per_rank = c.test_layout.global_batch_size() / ranks;
     const std::int64_t mbs = per_rank % c.test_layout.micro_batch_size == 0 ? c.test_layout.micro_batch_size : 1;
-    c.test_layout = {mbs, per_rank / mbs, ranks, c.test_layout.tensor_parallel, c.test_layout.sequence_parallel};
+    c.test_layout = {mbs, per_rank / mbs, ranks, c.test_layout.tensor_parallel, c.test_layout.sequence_parallel,
+                     c.test_layout.pipeline_parallel, c.test_layout.virtual_stages};
     if (c.config.data.loss_normalization == LossNormalization::microbatch_mean) {
       c.reference_layout = without_model_parallelism(c.test_layout);  // SPEC 5: microbatch-mean is not split-invariant
       c.config = with_layout(c.config, c.reference_layout);
@@ -72,7 +78,8 @@ void adapt_to(const TwinKind& kind, UpdateCase& c) {
   }
   if (kind.max_data_parallel > 0 && c.test_layout.data_parallel > kind.max_data_parallel) {
     c.test_layout = {c.test_layout.micro_batch_size, c.test_layout.microbatches * c.test_layout.data_parallel, 1,
-                     c.test_layout.tensor_parallel, c.test_layout.sequence_parallel};
+                     c.test_layout.tensor_parallel, c.test_layout.sequence_parallel,
+                     c.test_layout.pipeline_parallel, c.test_layout.virtual_stages};
     if (c.config.data.loss_normalization == LossNormalization::microbatch_mean) {
       c.reference_layout = without_model_parallelism(c.test_layout);  // SPEC 5: microbatch-mean is not split-invariant
       c.config = with_layout(c.config, c.reference_layout);
@@ -98,6 +105,19 @@ void adapt_to(const TwinKind& kind, UpdateCase& c) {
     c.test_layout.tensor_parallel = tp;
   }
   if (kind.requires_sequence_parallel) c.test_layout.sequence_parallel = true;
+  if (kind.max_pipeline_parallel > 0 && c.test_layout.pipeline_parallel > kind.max_pipeline_parallel) {
+    c.test_layout.pipeline_parallel = kind.max_pipeline_parallel;
+    c.test_layout.virtual_stages = 1;
+  }
+  if (const std::int64_t pp = kind.required_pipeline_parallel; pp > 0) {
+    // Mapped into the domain: layers a multiple of PP, and the tied embedding the pipeline
+    // mutants break.
+    ModelConfig& model = c.config.model;
+    model.num_layers = (model.num_layers + pp - 1) / pp * pp;
+    model.tie_embeddings = true;
+    c.test_layout.pipeline_parallel = pp;
+    c.test_layout.virtual_stages = 1;
+  }
   if (!kind.injects_any_value && c.injection.iteration > 0 && !c.injection.on_loss) {
     c.injection.value = std::numeric_limits<double>::quiet_NaN();
     c.injection.element = 0;
@@ -231,7 +251,10 @@ void accumulated_microbatches_equal_the_direct_global_batch(const TwinKind& kind
     if (index == 1) continue;  // the direct batch itself
     if (kind.max_data_parallel > 0 && layout.data_parallel > kind.max_data_parallel) continue;
     if (kind.required_data_parallel > 0 && layout.data_parallel != kind.required_data_parallel) continue;
-    if (kind.required_world_size > 0 && layout.data_parallel * layout.tensor_parallel != kind.required_world_size) continue;
+    if (kind.required_world_size > 0 &&
+        layout.data_parallel * layout.tensor_parallel * layout.pipeline_parallel != kind.required_world_size) {
+      continue;
+    }
     auto split = kind.make(setup_for(with_layout(c.config, layout), samples, {}, 0));
     move_to_position(*split, starting_samples(c), gbs);
     const IterationRecord record = split->run_iteration();
@@ -635,7 +658,8 @@ std::vector<PropertyEntry> make_properties() {
         Mutant::rank_local_loss_denominator, Mutant::shard_local_norm,
         Mutant::unsummed_sequence_parallel_gradients, Mutant::replicated_counted_per_rank,
         Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
-        Mutant::row_parallel_not_summed}});
+        Mutant::row_parallel_not_summed, Mutant::tied_embedding_not_summed,
+        Mutant::tied_embedding_counted_twice}});
   entries.push_back(
       {"TrainingOutputsMatchTheReference",
        "the twin under test's training outputs alone (no sample inspection) equal the reference's",

@@ -296,7 +296,9 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::replicated_counted_per_rank:
     case Mutant::local_vocabulary_normalizer:
     case Mutant::row_parallel_summed_twice:
-    case Mutant::row_parallel_not_summed: break;  // production-side
+    case Mutant::row_parallel_not_summed:
+    case Mutant::tied_embedding_not_summed:
+    case Mutant::tied_embedding_counted_twice: break;  // production-side
   }
   return m;
 }
@@ -316,7 +318,8 @@ std::vector<Mutant> all_mutants() {
           Mutant::rank_local_loss_denominator, Mutant::shard_local_norm,
           Mutant::unsummed_sequence_parallel_gradients, Mutant::replicated_counted_per_rank,
           Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
-          Mutant::row_parallel_not_summed};
+          Mutant::row_parallel_not_summed, Mutant::tied_embedding_not_summed,
+          Mutant::tied_embedding_counted_twice};
 }
 
 std::string to_string(Mutant mutant) {
@@ -334,6 +337,8 @@ std::string to_string(Mutant mutant) {
     case Mutant::rank_local_loss_denominator: return "rank_local_loss_denominator";
     case Mutant::shard_local_norm: return "shard_local_norm";
     case Mutant::unsummed_sequence_parallel_gradients: return "unsummed_sequence_parallel_gradients";
+    case Mutant::tied_embedding_not_summed: return "tied_embedding_not_summed";
+    case Mutant::tied_embedding_counted_twice: return "tied_embedding_counted_twice";
     case Mutant::replicated_counted_per_rank: return "replicated_counted_per_rank";
     case Mutant::local_vocabulary_normalizer: return "local_vocabulary_normalizer";
     case Mutant::row_parallel_summed_twice: return "row_parallel_summed_twice";
@@ -391,16 +396,17 @@ TwinKind production_twin(bool cuda, RankTransport transport) {
               (transport == RankTransport::mpi ? "-mpi" : "");
   kind.description = std::string("production trainer (production/trainer.hpp), ") +
                      (cuda ? "cuda" : "cpu") + " backend, fp32 main state" +
-                     (transport == RankTransport::mpi ? ", TP x DP = the MPI ranks" : "");
+                     (transport == RankTransport::mpi ? ", TP x PP x DP = the MPI ranks" : "");
   kind.precision = fp32();
   kind.compute_follows_bf16 = true;
   kind.checkpoints = true;
   // Ranks on threads share host memory: the cpu backend. On cuda, ranks are processes (NCCL).
   kind.max_data_parallel = cuda && transport == RankTransport::threads ? 1 : 0;
-  // Under mpirun the run's TP x DP ranks are the MPI ranks (the rank grid's sub-communicators).
+  // Under mpirun the run's TP x PP x DP ranks are the MPI ranks (the rank grid's sub-communicators).
   kind.required_world_size = transport == RankTransport::mpi ? mpi_world_size() : 0;
   // One GPU: no tensor parallelism on cuda yet (two ranks need two devices or NCCL on one).
   kind.max_tensor_parallel = cuda ? 1 : 0;
+  kind.max_pipeline_parallel = cuda ? 1 : 0;  // likewise for pipeline stages
   kind.injects_any_value = false;  // production::FaultSchedule: NaN at element 0
   kind.make = [cuda, transport](const TwinSetup& setup) -> std::unique_ptr<Twin> {
     return std::make_unique<ProductionTwin>(setup, cuda, transport);
@@ -425,6 +431,7 @@ TwinKind production_cuda_ranks_twin() {
                      "ranks on threads sharing the one GPU (exchanges staged through host memory)";
   kind.max_data_parallel = 2;  // a few ranks per GPU: each holds a backend, its stream and handles
   kind.max_tensor_parallel = 0;
+  kind.max_pipeline_parallel = 2;
   return kind;
 }
 
@@ -443,9 +450,13 @@ static bool is_tensor_parallel_side(Mutant mutant) {
          mutant == Mutant::row_parallel_not_summed;
 }
 
+static bool is_pipeline_parallel_side(Mutant mutant) {
+  return mutant == Mutant::tied_embedding_not_summed || mutant == Mutant::tied_embedding_counted_twice;
+}
+
 bool is_production_side(Mutant mutant) {
   return mutant == Mutant::unreduced_gradients || mutant == Mutant::rank_local_loss_denominator ||
-         mutant == Mutant::shard_local_norm || is_tensor_parallel_side(mutant);
+         mutant == Mutant::shard_local_norm || is_tensor_parallel_side(mutant) || is_pipeline_parallel_side(mutant);
 }
 
 TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
@@ -460,12 +471,18 @@ TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
     mutants.local_vocabulary_normalizer = mutant == Mutant::local_vocabulary_normalizer;
     mutants.row_parallel_summed_twice = mutant == Mutant::row_parallel_summed_twice;
     mutants.row_parallel_not_summed = mutant == Mutant::row_parallel_not_summed;
+    mutants.tied_embedding_not_summed = mutant == Mutant::tied_embedding_not_summed;
+    mutants.tied_embedding_counted_twice = mutant == Mutant::tied_embedding_counted_twice;
     TwinKind kind = production_twin(false);
     kind.name = "mutant-" + to_string(mutant);
     const bool tensor = is_tensor_parallel_side(mutant);
-    kind.description = "production trainer (cpu, 2 " + std::string(tensor ? "tensor" : "data") +
+    const bool pipeline = is_pipeline_parallel_side(mutant);
+    kind.description = "production trainer (cpu, 2 " +
+                       std::string(tensor ? "tensor" : pipeline ? "pipeline" : "data") +
                        "-parallel ranks) with the mutant " + to_string(mutant);
-    if (tensor) {
+    if (pipeline) {
+      kind.required_pipeline_parallel = 2;
+    } else if (tensor) {
       kind.required_tensor_parallel = 2;
       kind.requires_sequence_parallel = mutant == Mutant::unsummed_sequence_parallel_gradients;
     } else {

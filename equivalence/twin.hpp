@@ -95,6 +95,9 @@ enum class Mutant {
   local_vocabulary_normalizer,  // the cross-entropy normalized over the rank's vocabulary part
   row_parallel_summed_twice,    // a row-parallel output summed over TP twice
   row_parallel_not_summed,      // ... or not at all
+  // Pipeline-parallel bugs (production, PP 2 on threads, tied embeddings):
+  tied_embedding_not_summed,    // each stage updates its embedding copy with its own gradient
+  tied_embedding_counted_twice,  // both copies counted in the norm
 };
 std::vector<Mutant> all_mutants();
 std::string to_string(Mutant mutant);  // "eps_inside_sqrt"
@@ -113,6 +116,8 @@ struct TwinKind {
   std::int64_t max_tensor_parallel = 0;     // largest TP it runs (0: any)
   std::int64_t required_tensor_parallel = 0;  // the only TP it runs (0: any)
   bool requires_sequence_parallel = false;    // runs with --sequence-parallel only
+  std::int64_t max_pipeline_parallel = 0;     // largest PP it runs (0: any)
+  std::int64_t required_pipeline_parallel = 0;  // the only PP it runs (0: any), with tied embeddings
   bool injects_any_value = true;       // false: only NaN at flat element 0 (production's switch)
   std::function<std::unique_ptr<Twin>(const TwinSetup&)> make;
   AdamwElementFunction adamw_element;  // empty when the twin's optimizer is not callable per element

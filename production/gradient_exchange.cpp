@@ -12,7 +12,8 @@ GradientExchange::GradientExchange(Backend& backend, std::shared_ptr<Collectives
                                    const ExchangeOptions& options, std::shared_ptr<const StepHooks> hooks)
     : backend_(&backend), replicas_(std::move(replicas)), hooks_(std::move(hooks)) {
   const int ranks = replicas_->size();
-  shards_ = make_flat_shards(elements, ranks, kNormBlockElements, options.bucket_parameters);
+  shards_ = make_flat_shards(elements, ranks, kNormBlockElements, options.bucket_parameters,
+                             options.leading_elements);
   distributed_ = ranks > 1 && options.distributed_optimizer;
   overlap_grad_reduce_ = ranks > 1 && options.overlap_grad_reduce;
   overlap_param_gather_ = distributed_ && options.overlap_param_gather;

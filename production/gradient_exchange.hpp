@@ -44,6 +44,10 @@ struct ExchangeOptions {
   bool overlap_grad_reduce = false;    // DP > 1 only
   bool overlap_param_gather = false;   // distributed optimizer only
   std::int64_t bucket_parameters = 0;  // core/config.hpp gradient_bucket_parameters; 0: one bucket
+  // Elements at the start of the buffer cut into buckets of their own (gradient_buckets): a tied
+  // embedding's copy on the first and the last pipeline stage, so both stages' DP rank r owns the
+  // same slices of it and their reduced gradients can be summed slice by slice. 0: none.
+  std::int64_t leading_elements = 0;
 };
 
 // The global norm's parts (SPEC 6).

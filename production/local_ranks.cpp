@@ -14,7 +14,14 @@ LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, c
                        Transport transport) {
   const auto replicas = static_cast<int>(config.parallel.data_parallel);
   const auto tensor_ranks = static_cast<int>(config.parallel.tensor_parallel);
-  const int ranks = replicas * tensor_ranks;
+  const auto stages = static_cast<int>(config.parallel.pipeline_parallel);
+  const int ranks = replicas * tensor_ranks * stages;
+  // "(TP 2 x DP 2)" / "(TP 2 x PP 2 x DP 2)" for the description when more than DP is split.
+  std::string layout;
+  if (tensor_ranks > 1 || stages > 1) {
+    layout = " (TP " + std::to_string(tensor_ranks) + (stages > 1 ? " x PP " + std::to_string(stages) : "") +
+             " x DP " + std::to_string(replicas) + ")";
+  }
   ProductionOptions shared = base;
   if (transport == Transport::mpi && ranks > 1) {
     // This process is one rank of the launched world; its groups are the rank grid's
@@ -23,29 +30,27 @@ LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, c
     shared.world = [](Backend&) { return make_mpi_collectives(); };
     shared.collectives = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::data); };
     shared.tensor_parallel = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::tensor); };
-    transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks";
-    if (tensor_ranks > 1) {
-      transport_text_ += " (TP " + std::to_string(tensor_ranks) + " x DP " + std::to_string(replicas) + ")";
-    }
+    shared.pipeline = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::pipeline); };
+    shared.embedding = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::embedding); };
+    transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks" + layout;
   } else if (ranks > 1) {
     // The rank grid's groups (core/rank_grid.hpp, Megatron's order: TP fastest), one thread group
     // each, its members numbered as the grid lists them.
     const RankGrid grid(config.parallel);
     group_ = make_thread_group(ranks);
     std::map<std::pair<RankGroupKind, std::int64_t>, std::vector<std::shared_ptr<Collectives>>> made;
-    const auto member = [&](RankGroupKind kind, int rank) {
+    const auto member = [&](RankGroupKind kind, int rank) -> std::shared_ptr<Collectives> {
+      if (grid.group_index(kind, rank) < 0) return nullptr;  // an embedding group's middle stage
       auto& threads = made[{kind, grid.group_index(kind, rank)}];
       if (threads.empty()) threads = make_thread_group(static_cast<int>(grid.members(kind, rank).size()));
       return threads[static_cast<std::size_t>(grid.rank_in_group(kind, rank))];
     };
     for (int rank = 0; rank < ranks; ++rank) {
       rank_groups_.push_back({group_[static_cast<std::size_t>(rank)], member(RankGroupKind::data, rank),
-                              member(RankGroupKind::tensor, rank)});
+                              member(RankGroupKind::tensor, rank), member(RankGroupKind::pipeline, rank),
+                              member(RankGroupKind::embedding, rank)});
     }
-    transport_text_ = ", " + std::to_string(ranks) + " ranks on threads";
-    if (tensor_ranks > 1) {
-      transport_text_ += " (TP " + std::to_string(tensor_ranks) + " x DP " + std::to_string(replicas) + ")";
-    }
+    transport_text_ = ", " + std::to_string(ranks) + " ranks on threads" + layout;
   }
   trainers_.resize(group_.empty() ? 1 : group_.size());
   auto build = [&](int rank) {
@@ -54,7 +59,8 @@ LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, c
       // Threads exchange host memory: a cuda rank's exchanges are staged through it
       // (collectives/staged.hpp; several ranks on one GPU, as NCCL would refuse).
       const auto on = [](std::shared_ptr<Collectives> member) -> CollectivesFactory {
-        return [member](Backend& backend) {
+        return [member](Backend& backend) -> std::shared_ptr<Collectives> {
+          if (!member) return nullptr;
           return backend.device() == Device::cuda ? make_host_staged_collectives(backend, member) : member;
         };
       };
@@ -62,6 +68,8 @@ LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, c
       mine.world = on(groups[0]);
       mine.collectives = on(groups[1]);
       mine.tensor_parallel = on(groups[2]);
+      mine.pipeline = on(groups[3]);
+      mine.embedding = on(groups[4]);
     }
     trainers_[static_cast<std::size_t>(rank)] = std::make_unique<Trainer>(config, samples, mine);
   };

@@ -1,8 +1,8 @@
 // The Trainers of the ranks that one process runs, for the tests and the equivalence harness
 // (tandem train runs one rank per process instead): either one Trainer (one rank, or this
-// process's rank when mpirun started it) or one Trainer per rank of TP x DP on threads
-// (collectives/thread_group.hpp: a group for every rank, one per tensor-parallel and one per
-// data-parallel group, Megatron's order: rank = dp x TP + tp). each() runs a body on every rank
+// process's rank when mpirun started it) or one Trainer per rank of TP x PP x DP on threads
+// (collectives/thread_group.hpp: a group for every rank, and one per tensor-parallel, data-parallel,
+// pipeline and embedding group, Megatron's order: rank = tp + TP x (dp + DP x pp)). each() runs a body on every rank
 // held, together, as the Trainer's collective calls require.
 #pragma once
 
@@ -21,7 +21,7 @@ class LocalRanks {
  public:
   enum class Transport { threads, mpi };
 
-  // config.parallel's TP x DP ranks over `transport` (mpi: this process is one of them; one rank
+  // config.parallel's TP x PP x DP ranks over `transport` (mpi: this process is one of them; one rank
   // needs no transport). `base` is every rank's options; its collectives are set here.
   LocalRanks(const RunConfig& config, const SampleProvider& samples, const ProductionOptions& base,
              Transport transport);
@@ -55,7 +55,7 @@ class LocalRanks {
   void run_ranks(const std::function<void(int rank)>& body) const;
 
   std::vector<std::shared_ptr<Collectives>> group_;  // [ranks] every rank; empty: one rank in this process
-  std::vector<std::vector<std::shared_ptr<Collectives>>> rank_groups_;  // [ranks] {world, dp, tp} members
+  std::vector<std::vector<std::shared_ptr<Collectives>>> rank_groups_;  // [ranks] {world, dp, tp, pp, embedding} members (embedding null on a middle stage)
   std::vector<std::unique_ptr<Trainer>> trainers_;   // [ranks held]
   std::string transport_text_;
 };

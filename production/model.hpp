@@ -15,6 +15,13 @@
 //     weight gradient: only the part is kept), a row-parallel layer reduce-scatters its output,
 //     and the backward does the reverse. The replicated weights' gradients (norms, row-parallel
 //     biases) are then partial per rank: the trainer sums them over TP.
+//
+// Pipeline parallelism (DecoderOptions::pipeline): this rank runs the layers of its stage's model
+// chunks (core/pipeline_layout.hpp). A chunk that does not start the model receives the residual
+// stream from the previous virtual stage's rank, and one that does not end it sends its stream to
+// the next; the backward sends and receives the stream's gradient the other way (with sequence
+// parallelism each TP rank passes its part). One microbatch at a time: every stage calls
+// forward_backward on the same microbatches in the same order, so the p2p messages pair up.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +31,9 @@
 #include "core/config.hpp"
 #include "core/data/sample.hpp"
 #include "core/model_layout.hpp"
+#include "core/pipeline_layout.hpp"
 #include "production/backend.hpp"
+#include "production/collectives/collectives.hpp"
 #include "production/step_hooks.hpp"
 #include "production/tensor_parallel.hpp"
 #include "production/tensor_parallel_comm.hpp"
@@ -61,6 +70,11 @@ struct DecoderOptions {
   const TensorParallelLayout* tensor_parallel = nullptr;
   TensorParallelComm* tensor_parallel_comm = nullptr;
   bool sequence_parallel = false;
+  // Pipeline parallelism: the stages and this rank's stage, and its pipeline group (ranks in
+  // stage order; both null: PP = 1; both must outlive the model).
+  const PipelineStages* pipeline = nullptr;
+  std::int64_t pipeline_stage = 0;
+  Collectives* pipeline_group = nullptr;
   // The trainer's hook points (step_hooks.hpp) for tensor parallelism's negative controls; null:
   // the identity.
   const StepHooks* hooks = nullptr;
@@ -132,6 +146,18 @@ class DecoderModel {
     linear_backward(weights, linear, input, output_grad, input_grad, accumulate, main_grads, compute_);
   }
 
+  // Pipeline parallelism (the class comment): this rank's layers of chunk `chunk`, whether the
+  // chunk begins (embedding) or ends (final norm, output, loss) the model, and the stream's
+  // messages to the neighbouring virtual stages (no-ops at the model's ends).
+  LayerRange chunk_layers(std::int64_t chunk) const;
+  bool starts_model(std::int64_t chunk) const;
+  bool ends_model(std::int64_t chunk) const;
+  void receive_from_previous_stage(void* stream_part);
+  void send_to_next_stage(const void* stream_part);
+  void receive_from_next_stage(void* stream_grad_part);
+  void send_to_previous_stage(const void* stream_grad_part);
+  std::int64_t chunks() const { return pipeline_ ? pipeline_->virtual_stages() : 1; }
+
   // Tensor parallelism (tp_ > 1; the class comment).
   bool tensor_parallel() const { return tp_ != nullptr && tp_->size() > 1; }
   // The whole rows of a stream-rows tensor [stream rows, d] for a column-parallel layer: the
@@ -158,15 +184,19 @@ class DecoderModel {
   FlatSpan embedding_span() const;
   FlatSpan layer_span(std::size_t layer) const;
   FlatSpan tail_span() const;
+  // (A span of another pipeline stage's tensors is empty here: nothing to report.)
   void before_weights(FlatSpan span) const {
-    if (hooks_.before_weights) hooks_.before_weights(span.begin, span.end);
+    if (hooks_.before_weights && span.begin < span.end) hooks_.before_weights(span.begin, span.end);
   }
   void gradients_done(FlatSpan span) const {
-    if (hooks_.gradients_done) hooks_.gradients_done(span.begin, span.end);
+    if (hooks_.gradients_done && span.begin < span.end) hooks_.gradients_done(span.begin, span.end);
   }
 
   ModelHooks hooks_;
   ModelConfig config_;
+  const PipelineStages* pipeline_ = nullptr;
+  std::int64_t stage_ = 0;
+  Collectives* pipeline_group_ = nullptr;
   TensorParallelComm* tp_ = nullptr;
   bool sequence_parallel_ = false;
   const StepHooks* step_hooks_ = nullptr;
@@ -196,7 +226,7 @@ class DecoderModel {
   Buffer<float> rope_cosines_;            // [rows, hd/2]
   Buffer<float> rope_sines_;              // [rows, hd/2]
 
-  std::vector<BlockActivations> blocks_;  // [L]
+  std::vector<BlockActivations> blocks_;  // [L]; allocated for this stage's layers only
   ComputeBuffer stream_;                  // [stream rows, d] residual stream (final norm's input)
   ComputeBuffer branch_;                  // [stream rows, d] o_proj / down_proj output before the add
   Buffer<float> final_inverse_rms_;       // [stream rows]

@@ -57,7 +57,7 @@ RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& p
   // them in the same order on every rank (trainer.hpp).
   const bool share_devices = ranks.local_size > tandem::cuda::device_count();
   const auto on_device = [share_devices](Backend& backend, std::shared_ptr<Collectives> host) {
-    if (backend.device() != Device::cuda) return host;
+    if (!host || backend.device() != Device::cuda) return host;  // null: a group this rank is not in
     return share_devices ? make_host_staged_collectives(backend, std::move(host))
                          : make_nccl_collectives(backend, std::move(host));
   };
@@ -68,6 +68,8 @@ RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& p
   };
   ranks.collectives = group(RankGroupKind::data);
   ranks.tensor_parallel = group(RankGroupKind::tensor);
+  ranks.pipeline = group(RankGroupKind::pipeline);
+  ranks.embedding = group(RankGroupKind::embedding);
   ranks.world = [on_device](Backend& backend) { return on_device(backend, make_mpi_collectives()); };
   ranks.barrier = [&session] { session.barrier(); };
   ranks.all_gather_text = [](const std::string& text) {
@@ -78,6 +80,18 @@ RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& p
 }
 
 namespace {
+
+// "stage 0: the embedding, layers 0-1" ... for the log header.
+std::vector<std::string> pipeline_stage_texts(const PipelineStages& stages) {
+  std::vector<std::string> out;
+  for (std::int64_t stage = 0; stage < stages.pipeline_size(); ++stage) {
+    out.push_back("stage " + std::to_string(stage) + ": " +
+                  (PipelineStages::holds_embedding(stage, 0) ? "the embedding, " : "") + stages.describe(stage) +
+                  (stages.holds_output(stage, stages.virtual_stages() - 1) ? ", the final norm, output layer and loss"
+                                                                           : ""));
+  }
+  return out;
+}
 
 // Bytes this machine can give a rank now: the device's free memory on cuda, MemAvailable of
 // /proc/meminfo on cpu; nothing when it cannot tell.
@@ -164,6 +178,8 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   production.collectives = ranks.collectives;
   production.tensor_parallel = ranks.tensor_parallel;
   production.world = ranks.world;
+  production.pipeline = ranks.pipeline;
+  production.embedding = ranks.embedding;
   FaultSchedule faults;
   faults.nonfinite_gradient_iterations = options.test_nonfinite_gradient_iterations;
   faults.nonfinite_loss_iterations = options.test_nonfinite_loss_iterations;
@@ -235,6 +251,14 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
          {{"ranks", trainer.tensor_parallel_group().size()},
           {"collectives", trainer.tensor_parallel_group().description()},
           {"sequence_parallel", trainer.sequence_parallel()}}},
+        {"pipeline_parallel",
+         {{"ranks", trainer.pipeline_group().size()},
+          {"collectives", trainer.pipeline_group().description()},
+          {"model_chunks_per_rank", trainer.pipeline_stages().virtual_stages()},
+          {"stages", pipeline_stage_texts(trainer.pipeline_stages())},
+          {"schedule", trainer.pipeline_group().size() > 1
+                           ? "one microbatch at a time through the stages (forward, then backward)"
+                           : "none"}}},
         {"data_parallel",
          {{"ranks", trainer.replicas().size()},
           {"collectives", trainer.replicas().description()},
@@ -268,6 +292,11 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
     out << " on " << trainer.tensor_parallel_group().size() << " tensor-parallel ranks ("
         << trainer.tensor_parallel_group().description()
         << (trainer.sequence_parallel() ? "; sequence parallel" : "") << ")";
+    if (trainer.replicas().size() > 1 || trainer.pipeline_group().size() > 1) out << " x";
+  }
+  if (trainer.pipeline_group().size() > 1) {
+    out << " on " << trainer.pipeline_group().size() << " pipeline stages ("
+        << trainer.pipeline_group().description() << ")";
     if (trainer.replicas().size() > 1) out << " x";
   }
   if (trainer.replicas().size() > 1) {

@@ -38,6 +38,8 @@ struct RankSetup {
   CollectivesFactory collectives;          // its data-parallel group; empty: one rank
   CollectivesFactory tensor_parallel;      // its tensor-parallel group; empty: TP 1
   CollectivesFactory world;                // every rank; empty: the data-parallel group
+  CollectivesFactory pipeline;             // its pipeline group; empty: PP 1
+  CollectivesFactory embedding;            // first and last stage (null on a middle one); empty: PP 1
   std::function<void()> barrier = [] {};   // every rank waits here
   // Every rank's text, in rank order (host memory; before the Trainer's collectives exist).
   std::function<std::vector<std::string>(const std::string&)> all_gather_text = [](const std::string& text) {

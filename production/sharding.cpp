@@ -7,8 +7,8 @@
 namespace tandem::production {
 
 FlatShards make_flat_shards(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
-                            std::int64_t bucket_elements) {
-  return FlatShards{total, ranks, gradient_buckets(total, ranks, alignment, bucket_elements)};
+                            std::int64_t bucket_elements, std::int64_t leading) {
+  return FlatShards{total, ranks, gradient_buckets(total, ranks, alignment, bucket_elements, leading)};
 }
 
 std::vector<FlatRange> FlatShards::owned(std::int64_t rank) const {

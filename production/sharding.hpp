@@ -45,9 +45,10 @@ struct FlatShards {
   }
 };
 
-// The buckets of core/config.hpp's gradient_buckets (bucket_elements = 0: one bucket).
+// The buckets of core/config.hpp's gradient_buckets (bucket_elements = 0: one bucket; the first
+// `leading` elements in buckets of their own).
 FlatShards make_flat_shards(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
-                            std::int64_t bucket_elements = 0);
+                            std::int64_t bucket_elements = 0, std::int64_t leading = 0);
 
 // The decay segments (trainer.hpp decay_segments) that cover [begin, begin + count), cut at its
 // ends and made relative to `begin` (AdamW's range).

@@ -30,6 +30,8 @@ class TestHooks final : public StepHooks {
   int row_parallel_sums() const override {
     return mutants_.row_parallel_not_summed ? 0 : mutants_.row_parallel_summed_twice ? 2 : 1;
   }
+  bool sums_tied_embedding_gradients() const override { return !mutants_.tied_embedding_not_summed; }
+  bool counts_tied_embedding_once() const override { return !mutants_.tied_embedding_counted_twice; }
 
  private:
   FaultSchedule faults_;
@@ -43,7 +45,8 @@ std::shared_ptr<const StepHooks> make_test_hooks(const FaultSchedule& faults, co
   const bool no_mutants = !mutants.unreduced_gradients && !mutants.rank_local_loss_denominator &&
                           !mutants.shard_local_norm && !mutants.unsummed_sequence_parallel_gradients &&
                           !mutants.replicated_counted_per_rank && !mutants.local_vocabulary_normalizer &&
-                          !mutants.row_parallel_summed_twice && !mutants.row_parallel_not_summed;
+                          !mutants.row_parallel_summed_twice && !mutants.row_parallel_not_summed &&
+                          !mutants.tied_embedding_not_summed && !mutants.tied_embedding_counted_twice;
   if (no_faults && no_mutants) return nullptr;
   return std::make_shared<TestHooks>(faults, mutants);
 }

@@ -51,6 +51,12 @@ class StepHooks {
   virtual bool normalizes_over_whole_vocabulary() const { return true; }
   // how many times a row-parallel layer's output is summed over TP (1: once).
   virtual int row_parallel_sums() const { return 1; }
+
+  // Pipeline parallelism with tied embeddings (trainer.cpp):
+  // whether the first and last stage's embedding gradients are summed over the embedding group;
+  virtual bool sums_tied_embedding_gradients() const { return true; }
+  // whether the norm counts the tied embedding on the first stage only (else on both).
+  virtual bool counts_tied_embedding_once() const { return true; }
 };
 
 // Faults a test injects into a correct run (SPEC 8's skip conditions), as the reference's
@@ -75,6 +81,9 @@ struct ProductionMutants {
   bool local_vocabulary_normalizer = false;   // cross-entropy normalized over the local vocabulary part
   bool row_parallel_summed_twice = false;     // a row-parallel output summed over TP twice
   bool row_parallel_not_summed = false;       // ... or not at all
+  // Pipeline-parallel bugs (PP > 1, tied embeddings):
+  bool tied_embedding_not_summed = false;     // each stage updates its copy with its own gradient
+  bool tied_embedding_counted_twice = false;  // both copies counted in the norm
 };
 
 // The hooks that inject `faults` and switch on `mutants`; null when both are empty.

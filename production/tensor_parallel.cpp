@@ -20,7 +20,18 @@ void require_divisible(std::int64_t value, int size, const std::string& field) {
 }  // namespace
 
 TensorParallelLayout::TensorParallelLayout(const ModelConfig& config, int size, int rank)
-    : size_(size), rank_(rank), full_(make_model_layout(config)) {
+    : TensorParallelLayout(config, size, rank, PipelineStages(PipelineSplit{config.num_layers, 1, 1}), 0) {}
+
+TensorParallelLayout::TensorParallelLayout(const ModelConfig& config, int size, int rank,
+                                           const PipelineStages& stages, std::int64_t stage)
+    : size_(size), rank_(rank), stage_(stage), pipeline_size_(stages.pipeline_size()),
+      full_(make_model_layout(config)) {
+  if (stages.split().num_layers != config.num_layers || stage < 0 || stage >= stages.pipeline_size()) {
+    throw std::invalid_argument("pipeline parallelism: stage " + std::to_string(stage) + " of " +
+                                std::to_string(stages.pipeline_size()) + " stages of " +
+                                std::to_string(stages.split().num_layers) + " layers, for a model of " +
+                                std::to_string(config.num_layers));
+  }
   if (size < 1 || rank < 0 || rank >= size) {
     throw std::invalid_argument("tensor parallelism: rank " + std::to_string(rank) + " of " + std::to_string(size));
   }
@@ -72,6 +83,32 @@ TensorParallelLayout::TensorParallelLayout(const ModelConfig& config, int size, 
     split(layer.down_weight, TensorSplit::columns, ffn_);
   }
 
+  // The tensors of this pipeline stage (the class comment).
+  const bool first_stage = stage == 0;
+  const bool last_stage = stage == stages.pipeline_size() - 1;
+  std::vector<bool> held(full_.tensors.size(), false);
+  const auto hold = [&held](std::int64_t tensor) {
+    if (tensor >= 0) held[static_cast<std::size_t>(tensor)] = true;
+  };
+  if (first_stage) hold(full_.embedding);
+  if (last_stage) {
+    hold(full_.final_norm);
+    hold(full_.output);  // the embedding itself when tied
+  }
+  tied_copy_ = last_stage && !first_stage && full_.output == full_.embedding;
+  for (std::int64_t chunk = 0; chunk < stages.virtual_stages(); ++chunk) {
+    const LayerRange range = stages.layers(stage, chunk);
+    for (std::int64_t layer = range.begin; layer < range.end; ++layer) {
+      const LayerTensorIndices& tensors = full_.layers[static_cast<std::size_t>(layer)];
+      for (const std::int64_t tensor :
+           {tensors.input_norm, tensors.q_weight, tensors.q_bias, tensors.k_weight, tensors.k_bias, tensors.v_weight,
+            tensors.v_bias, tensors.o_weight, tensors.o_bias, tensors.post_norm, tensors.gate_weight, tensors.gate_bias,
+            tensors.up_weight, tensors.up_bias, tensors.down_weight, tensors.down_bias}) {
+        hold(tensor);
+      }
+    }
+  }
+
   local_ = full_;
   local_.total_elements = 0;
   for (std::size_t i = 0; i < full_.tensors.size(); ++i) {
@@ -91,6 +128,10 @@ TensorParallelLayout::TensorParallelLayout(const ModelConfig& config, int size, 
       shard.column_begin = rank * part[i];
       shard.columns = part[i];
       mine.shape[1] = part[i];
+    }
+    if (!held[i]) {  // another stage's: no elements here
+      shard.rows = 0;
+      mine.shape.front() = 0;
     }
     mine.numel = shard.rows * shard.columns;
     mine.offset = local_.total_elements;
@@ -145,10 +186,16 @@ std::int64_t TensorParallelLayout::local_index(std::int64_t full) const {
   return -1;
 }
 
+std::vector<FlatRange> TensorParallelLayout::tied_embedding_ranges() const {
+  if (pipeline_size_ == 1 || full_.output != full_.embedding || !holds(full_.embedding)) return {};
+  const ParameterTensor& mine = local_.tensors[static_cast<std::size_t>(full_.embedding)];
+  return {FlatRange{mine.offset, mine.numel}};
+}
+
 std::vector<FlatRange> TensorParallelLayout::replicated_ranges() const {
   std::vector<FlatRange> out;
   for (std::size_t i = 0; i < local_.tensors.size(); ++i) {
-    if (shards_[i].split != TensorSplit::replicated) continue;
+    if (shards_[i].split != TensorSplit::replicated || local_.tensors[i].numel == 0) continue;
     const ParameterTensor& mine = local_.tensors[i];
     if (!out.empty() && out.back().begin + out.back().count == mine.offset) {
       out.back().count += mine.numel;
@@ -163,6 +210,7 @@ std::vector<FlatRange> TensorParallelLayout::kv_shared_ranges() const {
   std::vector<FlatRange> out;
   for (const std::int64_t tensor : kv_shared_) {
     const ParameterTensor& mine = local_.tensors[static_cast<std::size_t>(tensor)];
+    if (mine.numel == 0) continue;  // another pipeline stage's layer
     if (!out.empty() && out.back().begin + out.back().count == mine.offset) {
       out.back().count += mine.numel;
     } else {

@@ -15,6 +15,13 @@
 // A rank t's query heads use exactly the groups it holds (head j uses group j / (H/G)), so
 // attention needs no exchange. The local buffer holds the same tensors, under the same names and
 // in the same order, with the local shapes; every TP rank's local layout is the same.
+//
+// Pipeline parallelism (core/pipeline_layout.hpp): a rank of pipeline stage p holds only its
+// stage's tensors (the embedding on stage 0; its chunks' layers; the final norm and output layer
+// on the last stage); every other tensor keeps its index with no elements, so each stage indexes
+// tensors as the full layout does. With tied embeddings the last stage (PP > 1) also holds the
+// embedding, its own copy as the output layer: the two copies' gradients are summed over the
+// embedding group, and stage 0 counts and saves the elements (SPEC 6: every element once).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +29,7 @@
 
 #include "core/config.hpp"
 #include "core/model_layout.hpp"
+#include "core/pipeline_layout.hpp"
 #include "core/train/main_state.hpp"
 
 namespace tandem::production {
@@ -46,9 +54,21 @@ class TensorParallelLayout {
   // Rank `rank` of `size` TP ranks. Throws std::invalid_argument naming the field when H, G, F or
   // the padded vocabulary is not divisible by `size`.
   TensorParallelLayout(const ModelConfig& config, int size, int rank);
+  // The same on pipeline rank `stage` of `stages` (the class comment).
+  TensorParallelLayout(const ModelConfig& config, int size, int rank, const PipelineStages& stages,
+                       std::int64_t stage);
 
   int size() const { return size_; }
   int rank() const { return rank_; }
+  std::int64_t pipeline_stage() const { return stage_; }
+  std::int64_t pipeline_size() const { return pipeline_size_; }
+  // Whether this rank holds elements of full tensor `tensor` (its stage's tensors).
+  bool holds(std::int64_t tensor) const { return local_.tensors.at(static_cast<std::size_t>(tensor)).numel > 0; }
+  // PP > 1 with tied embeddings, on the first or the last stage: the local flat range of its copy
+  // of the embedding (the embedding group sums the two copies' gradients); empty otherwise.
+  std::vector<FlatRange> tied_embedding_ranges() const;
+  // Whether this rank counts and saves the embedding's elements: not the last stage's tied copy.
+  bool counts_embedding() const { return !tied_copy_; }
   const ModelLayout& full() const { return full_; }    // TP = 1's layout (checkpoints, exports)
   const ModelLayout& local() const { return local_; }  // this rank's parameters
   const TensorShard& shard(std::int64_t tensor) const { return shards_.at(static_cast<std::size_t>(tensor)); }
@@ -90,6 +110,9 @@ class TensorParallelLayout {
  private:
   int size_ = 1;
   int rank_ = 0;
+  std::int64_t stage_ = 0;
+  std::int64_t pipeline_size_ = 1;
+  bool tied_copy_ = false;  // the last stage's copy of a tied embedding (PP > 1)
   ModelLayout full_;
   ModelLayout local_;
   std::vector<TensorShard> shards_;  // [tensors]

@@ -18,26 +18,26 @@ namespace {
 // SPEC 6: coeff = clip_grad / (norm + 1e-6).
 constexpr double kClipNormEpsilon = 1e-6;
 
-// Pipeline and context parallelism are not built yet; data and tensor parallelism are, with as
-// many ranks in each group as the configuration says.
-void require_layout(const ParallelConfig& parallel, int replicas, int tensor_ranks) {
-  const auto refuse = [](const char* name, std::int64_t value) {
-    throw std::invalid_argument(std::string("production trainer: ") + name + " = " +
-                                std::to_string(value) +
-                                ", but this trainer runs data and tensor parallelism only (PP and CP are "
-                                "not built yet); fix: set it to 1");
-  };
-  if (parallel.pipeline_parallel != 1) refuse("--pipeline-model-parallel-size", parallel.pipeline_parallel);
-  if (parallel.context_parallel != 1) refuse("--context-parallel-size", parallel.context_parallel);
-  const std::int64_t world = parallel.data_parallel * parallel.tensor_parallel;
-  if (parallel.data_parallel != replicas || parallel.tensor_parallel != tensor_ranks) {
+// Context parallelism is not built yet; data, tensor and pipeline parallelism are, with as many
+// ranks in each group as the configuration says.
+void require_layout(const ParallelConfig& parallel, int replicas, int tensor_ranks, int stages) {
+  if (parallel.context_parallel != 1) {
+    throw std::invalid_argument("production trainer: --context-parallel-size = " +
+                                std::to_string(parallel.context_parallel) +
+                                ", but this trainer runs data, tensor and pipeline parallelism only (CP is not built "
+                                "yet); fix: set it to 1");
+  }
+  const std::int64_t world = parallel.data_parallel * parallel.tensor_parallel * parallel.pipeline_parallel;
+  if (parallel.data_parallel != replicas || parallel.tensor_parallel != tensor_ranks ||
+      parallel.pipeline_parallel != stages) {
     throw std::invalid_argument(
         "production trainer: --data-parallel-size " + std::to_string(parallel.data_parallel) +
-        " x --tensor-model-parallel-size " + std::to_string(parallel.tensor_parallel) + " = " +
+        " x --tensor-model-parallel-size " + std::to_string(parallel.tensor_parallel) +
+        " x --pipeline-model-parallel-size " + std::to_string(parallel.pipeline_parallel) + " = " +
         std::to_string(world) + " ranks, but this rank's groups hold " + std::to_string(replicas) + " x " +
-        std::to_string(tensor_ranks) + " (one rank per process); fix: launch " + std::to_string(world) +
-        " ranks (mpirun -np " + std::to_string(world) + " or srun), or drop --data-parallel-size "
-        "(--engine reference emulates DP in one process)");
+        std::to_string(tensor_ranks) + " x " + std::to_string(stages) + " (one rank per process); fix: launch " +
+        std::to_string(world) + " ranks (mpirun -np " + std::to_string(world) +
+        " or srun), or drop --data-parallel-size (--engine reference emulates DP in one process)");
   }
 }
 
@@ -108,13 +108,22 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   collectives_ = options_.collectives ? options_.collectives(*backend_) : single_rank_collectives();
   tp_group_ = options_.tensor_parallel ? options_.tensor_parallel(*backend_) : single_rank_collectives();
   world_ = options_.world ? options_.world(*backend_) : collectives_;
-  require_layout(config_.parallel, collectives_->size(), tp_group_->size());
-  if (world_->size() != collectives_->size() * tp_group_->size()) {
+  pipeline_group_ = options_.pipeline ? options_.pipeline(*backend_) : single_rank_collectives();
+  if (options_.embedding) embedding_group_ = options_.embedding(*backend_);  // null on a middle stage
+  require_layout(config_.parallel, collectives_->size(), tp_group_->size(), pipeline_group_->size());
+  if (world_->size() != collectives_->size() * tp_group_->size() * pipeline_group_->size()) {
     throw std::invalid_argument("production trainer: " + std::to_string(world_->size()) + " ranks in all for " +
                                 std::to_string(collectives_->size()) + " data-parallel x " +
-                                std::to_string(tp_group_->size()) + " tensor-parallel ranks");
+                                std::to_string(tp_group_->size()) + " tensor-parallel x " +
+                                std::to_string(pipeline_group_->size()) + " pipeline ranks");
   }
-  split_ = TensorParallelLayout(config_.model, tp_group_->size(), tp_group_->rank());
+  stages_ = std::make_unique<PipelineStages>(pipeline_split(config_.model, config_.parallel));
+  split_ = TensorParallelLayout(config_.model, tp_group_->size(), tp_group_->rank(), *stages_, pipeline_group_->rank());
+  const std::vector<FlatRange> tied = split_.tied_embedding_ranges();
+  if (!tied.empty() && (!embedding_group_ || embedding_group_->size() != 2)) {
+    throw std::invalid_argument("production trainer: pipeline stage " + std::to_string(split_.pipeline_stage()) +
+                                " holds a tied embedding but no embedding group of its first and last stage");
+  }
   compute_ = config_.optimizer.bf16 ? DType::bf16 : DType::f32;  // SPEC 7
 
   ExchangeOptions exchange;
@@ -122,12 +131,15 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   exchange.overlap_grad_reduce = config_.parallel.overlap_grad_reduce;
   exchange.overlap_param_gather = config_.parallel.overlap_param_gather;
   exchange.bucket_parameters = gradient_bucket_parameters(config_.parallel);
+  // The tied embedding's two copies begin both stages' buffers: the same buckets and slices.
+  exchange.leading_elements = tied.empty() ? 0 : tied.front().begin + tied.front().count;
   exchange_ = GradientExchange(*backend_, collectives_, layout_.total_elements, exchange, options_.hooks);
 
   // SPEC 4: fp32 values, bit-identical to every engine's iteration 0 and to every layout's (each
   // element the full tensor's value at its index); each rank keeps its pieces.
-  const std::vector<float> initial = split_.size() == 1 ? initial_parameters(config_.model, config_.data.seed)
-                                                        : split_.initial_parameters(config_.model, config_.data.seed);
+  const std::vector<float> initial = split_.size() == 1 && split_.pipeline_size() == 1
+                                        ? initial_parameters(config_.model, config_.data.seed)
+                                        : split_.initial_parameters(config_.model, config_.data.seed);
   state_ = MainStateShard(*backend_, exchange_.kept_ranges(), decay_segments(layout_), initial);
   if (compute_ != DType::f32 || exchange_.distributed()) {
     compute_weights_ = ComputeBuffer(*backend_, compute_, exchange_.shards().padded());
@@ -147,6 +159,12 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
     decoder.sequence_parallel = config_.parallel.sequence_parallel;
     decoder.hooks = hooks_.get();
   }
+  if (split_.pipeline_size() > 1) {
+    decoder.pipeline = stages_.get();
+    decoder.pipeline_stage = split_.pipeline_stage();
+    decoder.pipeline_group = pipeline_group_.get();
+  }
+  if (!tied.empty()) embedding_comm_ = TensorParallelComm(*backend_, embedding_group_, tied.front().count);
   model_ = std::make_unique<DecoderModel>(config_.model, layout_, *backend_, decoder);
   row_losses_ = Buffer<float>(*backend_, config_.microbatches_per_replica() * model_->rows());
 }
@@ -181,6 +199,15 @@ std::vector<Sample> Trainer::microbatch_samples(const SampleProvider& source, st
 }
 
 double Trainer::global_loss_sum(double partial) const {
+  // Pipeline parallelism: the last stage computes the losses (its whole data-parallel group does
+  // this sum); every stage takes its value.
+  const bool last_stage = split_.pipeline_stage() == split_.pipeline_size() - 1;
+  const double loss_sum = last_stage ? replicas_loss_sum(partial) : 0.0;
+  if (split_.pipeline_size() == 1) return loss_sum;
+  return all_gather_values(*pipeline_group_, std::span(&loss_sum, 1)).back();
+}
+
+double Trainer::replicas_loss_sum(double partial) const {
   // SPEC 5: each microbatch's rows summed in double, in order, then the microbatches in global
   // order (m, then rank), whatever the DP size, added to `partial` one by one.
   const std::int64_t microbatches = config_.microbatches_per_replica();
@@ -242,7 +269,16 @@ std::vector<FlatRange> Trainer::full_ranges_of(const std::vector<FlatRange>& loc
 }
 
 std::vector<float> Trainer::gather_over_tp(const std::vector<float>& local) const {
-  if (split_.size() == 1) return local;
+  if (split_.size() == 1 && split_.pipeline_size() == 1) return local;
+  if (split_.size() == 1) {  // this stage's elements at their places
+    std::vector<float> whole(static_cast<std::size_t>(split_.full().total_elements), 0.0f);
+    auto next = local.begin();
+    for (const FlatRange& range : split_.full_ranges(FlatRange{0, layout_.total_elements})) {
+      std::copy_n(next, range.count, whole.begin() + static_cast<std::ptrdiff_t>(range.begin));
+      next += range.count;
+    }
+    return gather_over_pipeline(std::move(whole));
+  }
   const std::int64_t count = layout_.total_elements;
   Buffer<float> all(*backend_, count * split_.size());  // [TP, local N]
   backend_->copy_from_host(all.at(split_.rank() * count), local.data(), count * static_cast<std::int64_t>(sizeof(float)));
@@ -250,7 +286,7 @@ std::vector<float> Trainer::gather_over_tp(const std::vector<float>& local) cons
   const std::vector<float> parts = all.download();
   std::vector<float> whole(static_cast<std::size_t>(split_.full().total_elements));
   for (int rank = 0; rank < split_.size(); ++rank) {
-    const TensorParallelLayout theirs(config_.model, split_.size(), rank);
+    const TensorParallelLayout theirs(config_.model, split_.size(), rank, *stages_, split_.pipeline_stage());
     auto next = parts.begin() + static_cast<std::ptrdiff_t>(rank * count);
     for (const FlatRange& range : theirs.full_ranges(FlatRange{0, count})) {
       std::copy_n(next, range.count, whole.begin() + static_cast<std::ptrdiff_t>(range.begin));
@@ -281,6 +317,40 @@ std::vector<float> Trainer::gather_over_tp(const std::vector<float>& local) cons
                                " holds other values than rank 0 in the replicated elements [" +
                                std::to_string(range.begin) + ", " + std::to_string(range.begin + range.count) +
                                ") of its buffer");
+      }
+    }
+  }
+  return split_.pipeline_size() == 1 ? whole : gather_over_pipeline(std::move(whole));
+}
+
+// Each stage's whole-model vector (its elements at their places) all-gathered over the pipeline
+// group; every element taken from the stage that holds it, a tied embedding's two copies checked
+// to be the same bits (the step gives both the same update: a difference is a bug).
+std::vector<float> Trainer::gather_over_pipeline(std::vector<float> stage_whole) const {
+  const auto count = static_cast<std::int64_t>(stage_whole.size());
+  const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t stages = split_.pipeline_size();
+  Buffer<float> all(*backend_, count * stages);  // [PP, N]
+  backend_->copy_from_host(all.at(split_.pipeline_stage() * count), stage_whole.data(), bytes);
+  pipeline_group_->all_gather_in_place(all.data(), bytes);
+  const std::vector<float> parts = all.download();
+  std::vector<float> whole(static_cast<std::size_t>(count), 0.0f);
+  std::vector<bool> taken(static_cast<std::size_t>(count), false);
+  for (std::int64_t stage = 0; stage < stages; ++stage) {
+    for (int tensor_rank = 0; tensor_rank < split_.size(); ++tensor_rank) {  // the stage's every TP block
+      const TensorParallelLayout theirs(config_.model, split_.size(), tensor_rank, *stages_, stage);
+      for (const FlatRange& range : theirs.full_ranges(FlatRange{0, theirs.local().total_elements})) {
+        for (std::int64_t flat = range.begin; flat < range.begin + range.count; ++flat) {
+          const float value = parts[static_cast<std::size_t>(stage * count + flat)];
+          if (!taken[static_cast<std::size_t>(flat)]) {
+            whole[static_cast<std::size_t>(flat)] = value;
+            taken[static_cast<std::size_t>(flat)] = true;
+          } else if (std::memcmp(&whole[static_cast<std::size_t>(flat)], &value, sizeof(float)) != 0) {
+            throw std::logic_error("Trainer: pipeline stage " + std::to_string(stage) +
+                                   " holds another value than stage 0 in the tied embedding's element " +
+                                   std::to_string(flat));
+          }
+        }
       }
     }
   }
@@ -317,13 +387,16 @@ void Trainer::restore(const HostState& state) {
 
 std::vector<MainStateSlice<float>> Trainer::shard_pieces() const {
   // Each element once among all ranks: a replicated tensor is saved by TP rank 0 only, a shared
-  // key/value group (G < TP) by its first holder.
+  // key/value group (G < TP) by its first holder, a tied embedding by the first stage.
   std::vector<FlatRange> saved;
   std::vector<FlatRange> replicated = split_.rank() == 0 ? std::vector<FlatRange>{} : split_.replicated_ranges();
   if (!split_.first_kv_holder()) {
     for (const FlatRange& range : split_.kv_shared_ranges()) replicated.push_back(range);
-    std::sort(replicated.begin(), replicated.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
   }
+  if (!split_.counts_embedding()) {  // the last stage's tied copy: stage 0 saves the embedding
+    for (const FlatRange& range : split_.tied_embedding_ranges()) replicated.push_back(range);
+  }
+  std::sort(replicated.begin(), replicated.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
   for (const FlatRange& range : exchange_.shards().owned(collectives_->rank())) {
     std::int64_t next = range.begin;
     const std::int64_t end = range.begin + range.count;
@@ -457,6 +530,21 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
   }
   exchange_.finish_reduction();
   sum_replicated_gradients_over_tp();
+  sum_tied_embedding_gradients();
+}
+
+// PP > 1, tied: the two copies' gradients, each reduced over its stage's replicas, summed first +
+// last in fp32 over the embedding group where this rank keeps them (the leading buckets give both
+// stages' DP rank r the same slices: gradient_exchange.hpp ExchangeOptions::leading_elements).
+void Trainer::sum_tied_embedding_gradients() {
+  if (!hooks().sums_tied_embedding_gradients()) return;  // StepHooks point
+  for (const FlatRange& tied : split_.tied_embedding_ranges()) {
+    for (const FlatRange& kept : exchange_.kept_ranges()) {
+      const std::int64_t begin = std::max(tied.begin, kept.begin);
+      const std::int64_t end = std::min(tied.begin + tied.count, kept.begin + kept.count);
+      if (begin < end) embedding_comm_.all_reduce(exchange_.main_grads().at(begin), end - begin);
+    }
+  }
 }
 
 // With --sequence-parallel each TP rank's norm weights and row-parallel biases saw its part of
@@ -507,7 +595,7 @@ void Trainer::sum_shared_key_value_gradients() {
 // the other ranks' copies are set to 0 for the sum, an exact no-op, then put back), and the TP
 // ranks' sums added in rank order.
 GradientNorm Trainer::gradient_norm(bool own_slices) {
-  if (split_.size() == 1) return exchange_.norm(own_slices);
+  if (split_.size() == 1 && split_.pipeline_size() == 1) return exchange_.norm(own_slices);
   std::vector<std::vector<float>> saved;
   const std::vector<FlatRange> uncounted = not_counted_here();
   for (const FlatRange& range : uncounted) {
@@ -522,10 +610,19 @@ GradientNorm Trainer::gradient_norm(bool own_slices) {
   }
   const double sums[2] = {mine.sum_of_squares, mine.own_sum_of_squares};
   const std::vector<double> all = all_gather_values(*tp_group_, sums);  // [TP, 2]
-  GradientNorm norm;
+  GradientNorm stage;
   for (int rank = 0; rank < split_.size(); ++rank) {
-    norm.sum_of_squares += all[static_cast<std::size_t>(2 * rank)];
-    norm.own_sum_of_squares += all[static_cast<std::size_t>(2 * rank + 1)];
+    stage.sum_of_squares += all[static_cast<std::size_t>(2 * rank)];
+    stage.own_sum_of_squares += all[static_cast<std::size_t>(2 * rank + 1)];
+  }
+  if (split_.pipeline_size() == 1) return stage;
+  // The stages' sums in stage order (every TP rank of a stage holds the same).
+  const double stage_sums[2] = {stage.sum_of_squares, stage.own_sum_of_squares};
+  const std::vector<double> stages = all_gather_values(*pipeline_group_, stage_sums);  // [PP, 2]
+  GradientNorm norm;
+  for (std::int64_t s = 0; s < split_.pipeline_size(); ++s) {
+    norm.sum_of_squares += stages[static_cast<std::size_t>(2 * s)];
+    norm.own_sum_of_squares += stages[static_cast<std::size_t>(2 * s + 1)];
   }
   return norm;
 }
@@ -535,6 +632,9 @@ std::vector<FlatRange> Trainer::not_counted_here() const {
   if (split_.rank() != 0 && hooks().counts_replicated_once()) out = split_.replicated_ranges();  // StepHooks point
   if (!split_.first_kv_holder()) {
     for (const FlatRange& range : split_.kv_shared_ranges()) out.push_back(range);
+  }
+  if (!split_.counts_embedding() && hooks().counts_tied_embedding_once()) {  // StepHooks point
+    for (const FlatRange& range : split_.tied_embedding_ranges()) out.push_back(range);
   }
   std::sort(out.begin(), out.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
   return out;

@@ -68,6 +68,11 @@ struct ProductionOptions {
   CollectivesFactory collectives;
   CollectivesFactory tensor_parallel;
   CollectivesFactory world;
+  // Pipeline parallelism: this rank's pipeline group (size() = PP, ranks in stage order; empty:
+  // PP 1) and its embedding group (the first and last stage; null or empty on a middle stage, or
+  // with PP 1). Made after the three above, in this order.
+  CollectivesFactory pipeline;
+  CollectivesFactory embedding;
   // Injected faults and negative controls (step_hooks.hpp, make_test_hooks); null on a user's run.
   std::shared_ptr<const StepHooks> hooks;
 };
@@ -88,7 +93,7 @@ double model_flops(const ModelConfig& config, const std::vector<Sample>& samples
 class Trainer {
  public:
   // Initializes the weights from the config's seed (SPEC 4), moments to 0, counters to 0.
-  // Throws std::invalid_argument for a layout this trainer does not run (PP or CP > 1; DP or TP
+  // Throws std::invalid_argument for a layout this trainer does not run (CP > 1; DP, TP or PP
   // different from its groups' sizes) and std::runtime_error when the backend cannot be built.
   // With several ranks every rank constructs its Trainer and then calls the same methods in the
   // same order: run_iteration, host_state and restore exchange data with the other ranks.
@@ -122,6 +127,10 @@ class Trainer {
   Collectives& collectives() const { return *world_; }
   Collectives& replicas() const { return *collectives_; }
   Collectives& tensor_parallel_group() const { return *tp_group_; }
+  Collectives& pipeline_group() const { return *pipeline_group_; }
+  // This rank's pipeline stage and its layers (core/pipeline_layout.hpp).
+  const PipelineStages& pipeline_stages() const { return *stages_; }
+  std::int64_t pipeline_stage() const { return split_.pipeline_stage(); }
   bool sequence_parallel() const { return config_.parallel.sequence_parallel && split_.size() > 1; }
   const FlatShards& shards() const { return exchange_.shards(); }
   const GradientExchange& exchange() const { return exchange_; }
@@ -188,6 +197,7 @@ class Trainer {
   // `partial` + the global batch's masked CE terms from row_losses_, added in SPEC 5's order
   // (collective).
   double global_loss_sum(double partial) const;
+  double replicas_loss_sum(double partial) const;  // the same over this stage's data-parallel ranks
   // The compute copy of this rank's state (converted, or copied with fp32 and the distributed
   // optimizer), then the exchange's weight gathers.
   void publish_compute_weights(GradientExchange::WeightGather when);
@@ -199,19 +209,26 @@ class Trainer {
   // TP rank 0 only).
   void sum_replicated_gradients_over_tp();
   void sum_shared_key_value_gradients();
+  // Pipeline parallelism with tied embeddings: the first and the last stage's reduced gradients of
+  // their embedding copies summed over the embedding group (first + last), where this rank keeps
+  // them; both copies then take the same update (Megatron's embedding all-reduce).
+  void sum_tied_embedding_gradients();
   GradientNorm gradient_norm(bool own_slices);
-  // The local ranges whose elements another TP rank counts in the norm (SPEC 6: every element
-  // once): the replicated tensors off TP rank 0, the shared key/value rows off their first holder.
+  // The local ranges whose elements another rank counts in the norm (SPEC 6: every element once):
+  // the replicated tensors off TP rank 0, the shared key/value rows off their first holder, the
+  // last stage's copy of a tied embedding.
   std::vector<FlatRange> not_counted_here() const;
-  // A local buffer [local N] on every rank of the TP group -> the whole model's [N], each TP
-  // rank's elements at their places (collective over TP).
+  // A local buffer [local N] on every rank of the TP and PP groups -> the whole model's [N], each
+  // rank's elements at their places (collective over TP, then PP).
   std::vector<float> gather_over_tp(const std::vector<float>& local) const;
+  std::vector<float> gather_over_pipeline(std::vector<float> stage_whole) const;
   // The whole-model ranges this rank keeps, each TP-local piece expanded.
   std::vector<FlatRange> full_ranges_of(const std::vector<FlatRange>& local) const;
   const StepHooks& hooks() const { return *hooks_; }
 
   RunConfig config_;
-  TensorParallelLayout split_;   // this rank's part of the model (TP 1: the whole)
+  std::unique_ptr<PipelineStages> stages_;  // Megatron's layers per stage (PP 1: one stage)
+  TensorParallelLayout split_;   // this rank's part of the model (TP 1, PP 1: the whole)
   const ModelLayout& layout_;    // split_.local(): the buffers' layout
   SampleProvider samples_;
   ProductionOptions options_;
@@ -220,7 +237,10 @@ class Trainer {
   std::shared_ptr<Collectives> collectives_;  // the data-parallel ranks
   std::shared_ptr<Collectives> tp_group_;     // the tensor-parallel ranks
   std::shared_ptr<Collectives> world_;        // every rank
+  std::shared_ptr<Collectives> pipeline_group_;   // the pipeline stages of this rank's (tp, dp)
+  std::shared_ptr<Collectives> embedding_group_;  // first and last stage; null elsewhere and at PP 1
   TensorParallelComm tp_comm_;
+  TensorParallelComm embedding_comm_;  // sums over the embedding group (PP > 1, tied)
   DType compute_ = DType::f32;
   Counters counters_;
 

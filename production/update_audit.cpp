@@ -13,15 +13,20 @@ std::vector<double> UpdateAudit::owned_values(std::size_t values_per_element, co
   const std::int64_t replica = exchange_->replicas().rank();
   for (std::size_t i = 0; i < elements_.size(); ++i) {
     const std::int64_t flat = split_->local_index(elements_[i]);
-    if (flat < 0) continue;  // another TP rank's
+    if (flat < 0) continue;  // another TP rank's or pipeline stage's
     const TensorShard* shard = nullptr;
     for (std::size_t t = 0; t < split_->local().tensors.size(); ++t) {
       const ParameterTensor& tensor = split_->local().tensors[t];
       if (flat >= tensor.offset && flat < tensor.offset + tensor.numel) shard = &split_->shard(static_cast<std::int64_t>(t));
     }
     const bool tp_owner = shard->split != TensorSplit::replicated || split_->rank() == 0;
+    const std::vector<FlatRange> tied = split_->counts_embedding() ? std::vector<FlatRange>{}
+                                                                   : split_->tied_embedding_ranges();
+    const bool stage_owner = std::none_of(tied.begin(), tied.end(), [flat](const FlatRange& copy) {
+      return flat >= copy.begin && flat < copy.begin + copy.count;  // the last stage's tied copy
+    });
     const bool dp_owner = exchange_->distributed() ? exchange_->shards().owner(flat) == replica : replica == 0;
-    if (!tp_owner || !dp_owner) continue;
+    if (!tp_owner || !dp_owner || !stage_owner) continue;
     read(flat, state_->local_offset(flat), mine.data() + i * row);
     mine[i * row + values_per_element] = 1.0;
   }

@@ -263,6 +263,7 @@ TEST(SeedPlan, RankShowsWhereGpuFourThousandNinetySevenSitsAndItsGroups) {
   // 4097 = 1 + 8 x (32 + 80 x 6): TP fastest, then CP, DP, PP.
   for (const char* line : {"Rank 4097 of TP 8 x CP 1 x DP 80 x PP 8 = 5,120 ranks",
                            "coordinates: tensor 1, context 0, data 32, pipeline stage 6",
+                           "holds: layers 84-97\n",  // 112 layers, 14 a stage
                            "tensor group 512 of 640, member 1: 4,096-4,103: 8 ranks",
                            "embedding group: none"}) {
     EXPECT_NE(table.output.find(line), std::string::npos) << line << "\n" << table.output;
@@ -272,6 +273,8 @@ TEST(SeedPlan, RankShowsWhereGpuFourThousandNinetySevenSitsAndItsGroups) {
   ASSERT_EQ(json.exit_code, 0) << json.output;
   const auto rank = nlohmann::json::parse(json.output)["rank"];
   EXPECT_EQ(rank["coordinates"]["pipeline"], 6);
+  EXPECT_EQ(rank["model_chunks"][0]["first_layer"], 6 * 14);
+  EXPECT_EQ(rank["model_chunks"][0]["layers"], 14);
   EXPECT_EQ(rank["groups"]["data"]["members"].size(), 80u);
   EXPECT_EQ(rank["groups"]["pipeline"]["members"][7], 1 + 8 * 32 + 640 * 7);
   arguments.back() = "--rank";

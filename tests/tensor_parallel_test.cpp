@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "core/init.hpp"
+#include "core/pipeline_layout.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/thread_group.hpp"
 #include "production/tensor_parallel.hpp"
@@ -119,6 +120,71 @@ TEST(TensorParallelLayout, EachRanksInitialWeightsAreTheWholeModelsAtTheirIndice
       for (const FlatRange& range : split.full_ranges(FlatRange{0, split.local().total_elements})) {
         for (std::int64_t flat = range.begin; flat < range.begin + range.count; ++flat, ++local) {
           ASSERT_EQ(mine[static_cast<std::size_t>(local)], whole[static_cast<std::size_t>(flat)]);
+        }
+      }
+    }
+  }
+}
+
+// Pipeline stages (the layout's class comment): over TP x PP ranks, every element of the whole
+// model is held by exactly the ranks expected (one per TP block; all TP ranks of its stage for a
+// replicated tensor; and the last stage's copy of a tied embedding), a stage holds exactly its
+// layers' tensors, and the ranks that count an element (SPEC 6: once) cover the model exactly once.
+TEST(TensorParallelLayout, PipelineStagesHoldTheirLayersAndCountEveryElementOnce) {
+  for (const bool tied : {false, true}) {
+    for (const auto& [pipeline, chunks] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}, std::pair{4, 2}}) {
+      for (const int ranks : {1, 2}) {
+        ModelConfig model = small_model(true, tied, 2);
+        model.num_layers = 8;
+        const ModelLayout full = make_model_layout(model);
+        const PipelineStages stages(PipelineSplit{model.num_layers, pipeline, chunks});
+        std::vector<int> holders(static_cast<std::size_t>(full.total_elements), 0);
+        std::vector<int> counters(static_cast<std::size_t>(full.total_elements), 0);
+        for (int stage = 0; stage < pipeline; ++stage) {
+          for (int rank = 0; rank < ranks; ++rank) {
+            const TensorParallelLayout split(model, ranks, rank, stages, stage);
+            ASSERT_EQ(split.local().tensors.size(), full.tensors.size());
+            for (std::size_t layer = 0; layer < full.layers.size(); ++layer) {
+              const bool mine = stages.stage_of_layer(static_cast<std::int64_t>(layer)) == stage;
+              EXPECT_EQ(split.holds(full.layers[layer].q_weight), mine) << "layer " << layer << " stage " << stage;
+              EXPECT_EQ(split.holds(full.layers[layer].post_norm), mine) << "layer " << layer << " stage " << stage;
+            }
+            const bool last = stage == pipeline - 1;
+            EXPECT_EQ(split.holds(full.embedding), stage == 0 || (tied && last));
+            EXPECT_EQ(split.holds(full.final_norm), last);
+            EXPECT_EQ(split.tied_embedding_ranges().empty(), !(tied && (stage == 0 || last)));
+            EXPECT_EQ(split.counts_embedding(), !(tied && last));
+            // Which local ranges this rank does not count: TP's replicated copies past rank 0, and
+            // the last stage's tied copy.
+            std::vector<FlatRange> not_counted = rank == 0 ? std::vector<FlatRange>{} : split.replicated_ranges();
+            if (!split.counts_embedding()) {
+              for (const FlatRange& range : split.tied_embedding_ranges()) not_counted.push_back(range);
+            }
+            std::int64_t local = 0;
+            for (const FlatRange& range : split.full_ranges(FlatRange{0, split.local().total_elements})) {
+              for (std::int64_t flat = range.begin; flat < range.begin + range.count; ++flat, ++local) {
+                ASSERT_EQ(split.local_index(flat), local) << "stage " << stage << " rank " << rank;
+                ++holders[static_cast<std::size_t>(flat)];
+                const bool skipped = std::any_of(not_counted.begin(), not_counted.end(), [&](const FlatRange& r) {
+                  return local >= r.begin && local < r.begin + r.count;
+                });
+                if (!skipped) ++counters[static_cast<std::size_t>(flat)];
+              }
+            }
+            EXPECT_EQ(local, split.local().total_elements);
+          }
+        }
+        for (std::size_t t = 0; t < full.tensors.size(); ++t) {
+          const TensorParallelLayout split(model, ranks, 0);
+          int expected = split.shard(static_cast<std::int64_t>(t)).split == TensorSplit::replicated ? ranks : 1;
+          if (tied && static_cast<std::int64_t>(t) == full.embedding) expected *= 2;  // first and last stage
+          const ParameterTensor& tensor = full.tensors[t];
+          for (std::int64_t e = 0; e < tensor.numel; ++e) {
+            ASSERT_EQ(holders[static_cast<std::size_t>(tensor.offset + e)], expected)
+                << tensor.name << "[" << e << "] at TP " << ranks << " PP " << pipeline << " v " << chunks;
+            ASSERT_EQ(counters[static_cast<std::size_t>(tensor.offset + e)], 1)
+                << tensor.name << "[" << e << "] at TP " << ranks << " PP " << pipeline << " v " << chunks;
+          }
         }
       }
     }

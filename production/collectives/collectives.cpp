@@ -24,6 +24,12 @@ class SingleRank final : public Collectives {
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {
     (void)buffer, (void)chunk_bytes;  // one rank already holds every part
   }
+  void exchange_with_peers(const PeerExchange& exchange) override {
+    if (exchange.to != -1 || exchange.from != -1) {
+      throw std::logic_error("single_rank_collectives: a point-to-point exchange with rank " +
+                             std::to_string(exchange.to != -1 ? exchange.to : exchange.from) + " of one rank");
+    }
+  }
   void barrier() override {}
 };
 

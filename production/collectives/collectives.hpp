@@ -19,6 +19,18 @@
 
 namespace tandem::production {
 
+// One rank's part of a point-to-point exchange (pipeline stages): `sent_bytes` of `sent` to rank
+// `to`, and `received_bytes` into `received` from rank `from`; to or from -1 leaves that side out.
+// Memory of the trainer's backend.
+struct PeerExchange {
+  const void* sent = nullptr;
+  std::int64_t sent_bytes = 0;
+  int to = -1;
+  void* received = nullptr;
+  std::int64_t received_bytes = 0;
+  int from = -1;
+};
+
 class Collectives {
  public:
   virtual ~Collectives() = default;
@@ -45,6 +57,13 @@ class Collectives {
   // Data plane, in place: `buffer` is [size, chunk_bytes]; afterwards every rank holds every
   // rank's part r (its bytes [r * chunk_bytes, (r + 1) * chunk_bytes)) as that rank had it.
   virtual void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) = 0;
+
+  // Data plane, point to point: only the ranks a message names take part (not the whole group).
+  // Messages between two ranks arrive in the order they were sent; the receiver must expect the
+  // sender's byte count. The send and the receive progress together, so two ranks may send to each
+  // other in one call each. Returns when this rank's received bytes are in place and its sent
+  // memory may be reused.
+  virtual void exchange_with_peers(const PeerExchange& exchange) = 0;
 
   virtual void barrier() = 0;
 

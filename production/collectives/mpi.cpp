@@ -66,11 +66,37 @@ class MpiCollectives final : public Collectives {
     check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, n, MPI_BYTE, communicator_),
           "MPI_Allgather");
   }
+  // Nonblocking send and receive, waited together: two ranks may send to each other at once.
+  void exchange_with_peers(const PeerExchange& exchange) override {
+    constexpr int kPeerTag = 1;  // apart from send_receive's ring steps
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (exchange.from != -1) {
+      check(MPI_Irecv(exchange.received, int_count(exchange.received_bytes, "exchange_with_peers"), MPI_BYTE,
+                      exchange.from, kPeerTag, communicator_, &requests[0]),
+            "MPI_Irecv");
+    }
+    if (exchange.to != -1) {
+      check(MPI_Isend(exchange.sent, int_count(exchange.sent_bytes, "exchange_with_peers"), MPI_BYTE, exchange.to,
+                      kPeerTag, communicator_, &requests[1]),
+            "MPI_Isend");
+    }
+    MPI_Status statuses[2];
+    check(MPI_Waitall(2, requests, statuses), "MPI_Waitall");
+    if (exchange.from != -1) {
+      int count = 0;
+      check(MPI_Get_count(&statuses[0], MPI_BYTE, &count), "MPI_Get_count");
+      if (count != exchange.received_bytes) {
+        throw std::runtime_error("exchange_with_peers: rank " + std::to_string(exchange.from) + " sent " +
+                                 std::to_string(count) + " bytes where " +
+                                 std::to_string(exchange.received_bytes) + " were expected");
+      }
+    }
+  }
   void barrier() override { check(MPI_Barrier(communicator_), "MPI_Barrier"); }
   bool callable_from_other_threads() const override {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
-    return provided >= MPI_THREAD_SERIALIZED;
+    return provided >= MPI_THREAD_MULTIPLE;
   }
 
  private:
@@ -107,9 +133,10 @@ MpiSession::MpiSession(bool force) {
   const pid_t launcher = ::getppid();
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != launcher) ::raise(SIGKILL);
   int provided = 0;
-  // Serialized: one thread at a time, which may be a lane's worker (comm_lane.hpp) while the
-  // main thread computes; an MPI that offers less makes the cpu backend's lanes run inline.
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+  // Multiple: a lane's worker (comm_lane.hpp) exchanges the data-parallel buckets while the main
+  // thread goes on with the tensor- and pipeline-parallel exchanges of the backward, two threads
+  // in MPI at once; an MPI that offers less makes the cpu backend's lanes run inline.
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   active_ = true;
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");

@@ -57,6 +57,21 @@ class NcclCollectives final : public Collectives {
                         static_cast<std::size_t>(chunk_bytes), ncclInt8, comm_, stream()),
           "ncclAllGather");
   }
+  // NCCL's grouped send and receive (its sendrecv form): neither blocks the other.
+  void exchange_with_peers(const PeerExchange& exchange) override {
+    check(ncclGroupStart(), "ncclGroupStart");
+    if (exchange.to != -1) {
+      check(ncclSend(exchange.sent, static_cast<std::size_t>(exchange.sent_bytes), ncclInt8, exchange.to, comm_,
+                     stream()),
+            "ncclSend");
+    }
+    if (exchange.from != -1) {
+      check(ncclRecv(exchange.received, static_cast<std::size_t>(exchange.received_bytes), ncclInt8, exchange.from,
+                     comm_, stream()),
+            "ncclRecv");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
   void barrier() override {
     if (cudaStreamSynchronize(stream()) != cudaSuccess) throw std::runtime_error("cudaStreamSynchronize failed");
     control_->barrier();

@@ -41,6 +41,17 @@ class HostStagedCollectives final : public Collectives {
     host_->all_gather_in_place(staged.data(), chunk_bytes);
     if (total > 0) backend_->copy_from_host(buffer, staged.data(), total);
   }
+  void exchange_with_peers(const PeerExchange& exchange) override {
+    std::vector<std::uint8_t> outgoing(static_cast<std::size_t>(exchange.to != -1 ? exchange.sent_bytes : 0));
+    std::vector<std::uint8_t> incoming(static_cast<std::size_t>(exchange.from != -1 ? exchange.received_bytes : 0));
+    backend_->synchronize();
+    if (!outgoing.empty()) backend_->copy_to_host(outgoing.data(), exchange.sent, exchange.sent_bytes);
+    PeerExchange staged = exchange;
+    staged.sent = outgoing.data();
+    staged.received = incoming.data();
+    host_->exchange_with_peers(staged);
+    if (!incoming.empty()) backend_->copy_from_host(exchange.received, incoming.data(), exchange.received_bytes);
+  }
   void barrier() override {
     backend_->synchronize();
     host_->barrier();

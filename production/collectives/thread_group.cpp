@@ -2,9 +2,13 @@
 #include "production/collectives/thread_group.hpp"
 
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
+#include <utility>
 #include <stdexcept>
 #include <thread>
 
@@ -35,6 +39,31 @@ struct Shared {
     abandoned = true;
     changed.notify_all();
   }
+  // Point to point: a send copies its bytes into the pair's mailbox and returns; a receive waits
+  // for the pair's oldest message (throws once the group is abandoned).
+  void post(int from, int to, const void* bytes, std::int64_t count) {
+    std::vector<std::uint8_t> message(static_cast<std::size_t>(count));
+    if (count > 0) std::memcpy(message.data(), bytes, static_cast<std::size_t>(count));
+    std::lock_guard lock(mutex);
+    if (abandoned) throw std::runtime_error("thread group abandoned: another rank failed");
+    mailboxes[{from, to}].push_back(std::move(message));
+    changed.notify_all();
+  }
+  void take(int from, int to, void* bytes, std::int64_t count) {
+    std::unique_lock lock(mutex);
+    auto& mailbox = mailboxes[{from, to}];
+    changed.wait(lock, [&] { return !mailbox.empty() || abandoned; });
+    if (abandoned) throw std::runtime_error("thread group abandoned: another rank failed");
+    const std::vector<std::uint8_t> message = std::move(mailbox.front());
+    mailbox.pop_front();
+    lock.unlock();
+    if (static_cast<std::int64_t>(message.size()) != count) {
+      throw std::runtime_error("exchange_with_peers: rank " + std::to_string(from) + " sent " +
+                               std::to_string(message.size()) + " bytes where " + std::to_string(count) +
+                               " were expected");
+    }
+    if (count > 0) std::memcpy(bytes, message.data(), static_cast<std::size_t>(count));
+  }
 
   const int size;
   std::vector<const void*> published;  // [size] this exchange's pointer of each rank
@@ -43,6 +72,7 @@ struct Shared {
   int arrived = 0;
   std::uint64_t generation = 0;
   bool abandoned = false;
+  std::map<std::pair<int, int>, std::deque<std::vector<std::uint8_t>>> mailboxes;  // (from, to): messages in order
 };
 
 class ThreadRank final : public Collectives {
@@ -77,11 +107,23 @@ class ThreadRank final : public Collectives {
                   static_cast<std::size_t>(chunk_bytes));
     });
   }
+  void exchange_with_peers(const PeerExchange& exchange) override {
+    check_peer(exchange.to);
+    check_peer(exchange.from);
+    if (exchange.to != -1) shared_->post(rank_, exchange.to, exchange.sent, exchange.sent_bytes);
+    if (exchange.from != -1) shared_->take(exchange.from, rank_, exchange.received, exchange.received_bytes);
+  }
   void barrier() override { shared_->arrive_and_wait(); }
 
   void abandon() { shared_->abandon(); }
 
  private:
+  void check_peer(int peer) const {
+    if (peer < -1 || peer >= shared_->size || peer == rank_) {
+      throw std::invalid_argument("exchange_with_peers: rank " + std::to_string(rank_) + " of " +
+                                  std::to_string(shared_->size) + " named peer " + std::to_string(peer));
+    }
+  }
   // (memcpy of zero bytes may still not take a null pointer: exchanges of nothing skip it.)
   template <class Copy>
   void exchange(const void* mine, Copy&& copy) {

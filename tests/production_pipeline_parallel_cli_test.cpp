@@ -1,0 +1,119 @@
+// Pipeline parallelism through the binary, as users run it ("mpirun -np 8 tandem train
+// --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2
+// --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather ..."): each rank's
+// pipeline and embedding groups are MPI sub-communicators of the rank grid; the runs train,
+// checkpoint, resume bit-exactly and export, and a checkpoint written at one layout resumes at
+// others. Skipped when mpirun is absent.
+// Kind of comparison: exact (exit codes, header fields, bytes of checkpoint tensors, exported
+// tensors against the checkpoint's).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/safetensors.hpp"
+#include "tests/support/files.hpp"
+#include "tests/support/run_tandem.hpp"
+#include "tests/support/tiny_train_cli.hpp"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_log;
+using testing::run_tandem;
+
+class PipelineParallelCli : public testing::TinyTrainCli {
+ protected:
+  // The tiny run (2 layers, tied embeddings as Megatron's default) on the production cpu backend.
+  std::vector<std::string> tiny(const std::vector<std::string>& extra) const {
+    return tiny_train({"--engine", "production", "--device", "cpu"}, extra);
+  }
+  static std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+};
+
+TEST_F(PipelineParallelCli, TwoStagesOnTwoMpiRanksTrainResumeBitExactlyAndExport) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const std::vector<std::string> layout = {"--pipeline-model-parallel-size", "2"};
+  const auto resumed =
+      expect_resume_equals_straight("pp2", [&](std::vector<std::string> extra) { return tiny(joined(layout, extra)); },
+                                    2, 6, mpirun);
+  const auto header = read_log(root_ / "pp2-straight" / "log.jsonl").at(0);
+  EXPECT_EQ(header["pipeline_parallel"]["ranks"], 2) << header.dump();
+  EXPECT_EQ(header["pipeline_parallel"]["stages"][0], "stage 0: the embedding, layer 0") << header.dump();
+  EXPECT_EQ(header["pipeline_parallel"]["stages"][1], "stage 1: layer 1, the final norm, output layer and loss")
+      << header.dump();
+  EXPECT_NE(header["pipeline_parallel"]["collectives"].get<std::string>().find("pipeline group of 2 ranks"),
+            std::string::npos)
+      << header.dump();
+  // The export holds every stage's tensors once: each exported tensor is the checkpoint's.
+  const auto exported = run_tandem({"export", "--load", resumed.string(), "--hf", (root_ / "hf").string()}, "", "2>&1");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const auto hf = checkpoint::read_safetensors(root_ / "hf" / "model.safetensors");
+  const auto saved = checkpoint::load_checkpoint(resumed);
+  for (const auto& tensor : saved.model_tensors) {
+    EXPECT_EQ(checkpoint::find_tensor(hf.tensors, tensor.name, "export"), tensor) << tensor.name;
+  }
+}
+
+TEST_F(PipelineParallelCli, TheSeedsLayoutInMiniatureOnEightMpiRanksResumesBitExactly) {
+  const std::string mpirun = testing::mpirun_prefix(8);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const std::vector<std::string> layout = {"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                           "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer",
+                                           "--overlap-grad-reduce", "--overlap-param-gather", "--audit-params", "6"};
+  expect_resume_equals_straight("tp2pp2dp2",
+                                [&](std::vector<std::string> extra) { return tiny(joined(layout, extra)); }, 3, 6,
+                                mpirun);
+  const auto log = root_ / "tp2pp2dp2-straight" / "log.jsonl";
+  const auto header = read_log(log).at(0);
+  EXPECT_EQ(header["tensor_parallel"]["ranks"], 2) << header.dump();
+  EXPECT_EQ(header["pipeline_parallel"]["ranks"], 2) << header.dump();
+  EXPECT_EQ(header["data_parallel"]["ranks"], 2) << header.dump();
+  // Every sampled AdamW update, whichever stage holds it, recomputed in 50 digits.
+  const auto audited = run_tandem({"audit", log.string()}, "", "2>&1");
+  EXPECT_EQ(audited.exit_code, 0) << audited.output;
+}
+
+TEST_F(PipelineParallelCli, ACheckpointOfTwoStagesResumesOnOtherLayouts) {
+  const std::string mpirun2 = testing::mpirun_prefix(2);
+  const std::string mpirun4 = testing::mpirun_prefix(4);
+  if (mpirun2.empty()) GTEST_SKIP() << "mpirun is not installed";
+  const auto half = root_ / "half";
+  const auto first = run_tandem(tiny({"--pipeline-model-parallel-size", "2", "--save", half.string(),
+                                      "--exit-interval", "3"}),
+                                mpirun2, "2>&1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  struct Layout {
+    std::string name;
+    std::string launcher;
+    std::vector<std::string> options;
+  };
+  for (const Layout& layout :
+       {Layout{"pp1", "", {}}, Layout{"pp2dp2", mpirun4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}},
+        Layout{"tp2", mpirun2, {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"}}}) {
+    const auto copy = root_ / layout.name;
+    fs::copy(half, copy, fs::copy_options::recursive);
+    const auto resumed = run_tandem(tiny(joined(layout.options, {"--load", copy.string(), "--save", copy.string()})),
+                                    layout.launcher, "2>&1");
+    EXPECT_EQ(resumed.exit_code, 0) << layout.name << ": " << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << layout.name << ": " << resumed.output;
+    EXPECT_TRUE(fs::exists(copy / "iter_0000006")) << layout.name;
+  }
+}
+
+TEST_F(PipelineParallelCli, StagesWithoutALauncherAreRefusedNamingTheCommand) {
+  const auto result = run_tandem(tiny({"--pipeline-model-parallel-size", "2"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("mpirun -np 2"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,275 @@
+// Pipeline parallelism in the production trainer (cpu backend, TP x PP x DP ranks on threads;
+// core/pipeline_layout.hpp, production/model.hpp, trainer.cpp): each stage holds its layers, the
+// stream and its gradient pass between stages, the tied embedding's two copies are summed and
+// counted once; held to the double reference (SPEC 13), bitwise equal to one stage where the
+// arithmetic is the same, checkpoints resumed bit-exactly and read at other layouts.
+//
+// Kinds of comparison:
+//   - exact: iteration 0's weights for every PP; an untied model without clipping, PP 2 and 4
+//     against PP 1 (every element's gradient is the same operations on the same inputs, the
+//     stream crosses stages as bytes, the loss is the last stage's, as PP 1 computes it);
+//   - deterministic (bitwise): save + resume vs straight; a checkpoint of one layout read at another;
+//   - approximate: every update against the reference through the harness's comparison
+//     (equivalence/comparison.hpp), with PP's regrouped sums (the norm per stage, a tied
+//     embedding's two copies summed after their reductions) inside the same derived bounds.
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/main_state.hpp"
+#include "core/init.hpp"
+#include "equivalence/comparison.hpp"
+#include "equivalence/twin.hpp"
+#include "production/checkpointing.hpp"
+#include "production/local_ranks.hpp"
+#include "tests/support/tiny_production_run.hpp"
+
+namespace tandem {
+namespace {
+
+using production::HostState;
+using production::LocalRanks;
+using production::Trainer;
+
+// The tiny model with 4 layers (d 32, 4 heads in 2 groups, F 64, padded vocabulary 384, seq 32) on
+// TP x PP x DP ranks, mbs 1, 4 samples per update (2 microbatches a replica at DP 2).
+RunConfig pp_run(std::int64_t pp, std::int64_t tp = 1, std::int64_t dp = 1) {
+  RunConfig config = testing::tiny_data_parallel_run(dp, 4);
+  config.model.num_layers = 4;
+  config.parallel.pipeline_parallel = pp;
+  config.parallel.tensor_parallel = tp;
+  config.parallel.sequence_parallel = tp > 1;
+  config.parallel.world_size = tp * pp * dp;
+  config.optimizer.adam_beta2 = 0.95;
+  config.optimizer.clip_grad = 0.5;
+  config.schedule.lr = 1e-3;
+  config.schedule.lr_warmup_init = 1e-4;
+  config.schedule.lr_warmup_samples = 4;
+  config.schedule.lr_decay_style = LrDecayStyle::cosine;
+  config.schedule.weight_decay = 0.1;
+  config.schedule.start_weight_decay = 0.1;
+  config.schedule.end_weight_decay = 0.1;
+  config.schedule.wd_incr_samples = 32;
+  return config;
+}
+
+production::ProductionOptions cpu_options() {
+  production::ProductionOptions options;
+  options.device = production::Device::cpu;
+  return options;
+}
+
+struct Ranks {
+  explicit Ranks(const RunConfig& config)
+      : ranks(config, testing::tiny_production_samples(), cpu_options(), LocalRanks::Transport::threads) {}
+  std::vector<IterationRecord> run() {
+    std::vector<IterationRecord> records(ranks.size());
+    ranks.each([&](Trainer& trainer, int rank) { records[static_cast<std::size_t>(rank)] = trainer.run_iteration(); });
+    return records;
+  }
+  HostState state() {
+    std::vector<HostState> states(ranks.size());
+    ranks.each([&](Trainer& trainer, int rank) { states[static_cast<std::size_t>(rank)] = trainer.host_state(); });
+    return states.front();
+  }
+  LocalRanks ranks;
+};
+
+void expect_same_state(const HostState& a, const HostState& b, const std::string& what) {
+  EXPECT_EQ(a.params, b.params) << what;
+  EXPECT_EQ(a.exp_avg, b.exp_avg) << what;
+  EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq) << what;
+  EXPECT_EQ(a.counters, b.counters) << what;
+}
+
+TEST(PipelineParallel, IterationZeroIsTheSameWeightsForEveryLayout) {
+  // SPEC 4 / 13: each element drawn by its index in the full tensor, whichever stage holds it.
+  for (const auto& [pp, tp, tied] : {std::tuple{2, 1, false}, std::tuple{4, 1, true}, std::tuple{2, 2, true}}) {
+    RunConfig config = pp_run(pp, tp);
+    config.model.tie_embeddings = tied;
+    Ranks ranks(config);
+    EXPECT_EQ(ranks.state().params, initial_parameters(config.model, config.data.seed))
+        << "PP " << pp << " TP " << tp << (tied ? " tied" : "");
+  }
+}
+
+TEST(PipelineParallel, AnUntiedModelWithoutClippingIsBitwiseOneStage) {
+  // Exact: each stage runs its layers' operations on the bytes the previous stage sent; the loss
+  // is the last stage's sum in PP 1's order. Only the norm is summed per stage (not compared).
+  const auto run = [](std::int64_t pp, std::int64_t dp, std::int64_t chunks) {
+    RunConfig config = pp_run(pp, 1, dp);
+    config.optimizer.clip_grad = 0.0;
+    config.parallel.virtual_pipeline_stages = chunks;
+    Ranks ranks(config);
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) losses.push_back(ranks.run().front().loss);
+    return std::make_pair(losses, ranks.state());
+  };
+  for (const auto& [pp, dp, chunks] : {std::tuple{2, 1, 1}, std::tuple{4, 1, 1}, std::tuple{2, 2, 1},
+                                       std::tuple{2, 1, 2}}) {
+    const auto [losses, state] = run(1, dp, 1);  // one stage, the same replicas
+    const auto [pp_losses, pp_state] = run(pp, dp, chunks);
+    const std::string what = "PP " + std::to_string(pp) + " DP " + std::to_string(dp) + " chunks " +
+                             std::to_string(chunks);
+    EXPECT_EQ(pp_losses, losses) << what;
+    expect_same_state(pp_state, state, what);
+  }
+}
+
+TEST(PipelineParallel, EveryRankReportsTheGlobalBatchsRecord) {
+  Ranks ranks(pp_run(2, 2, 2));
+  const std::vector<IterationRecord> records = ranks.run();
+  ASSERT_EQ(records.size(), 8u);
+  for (const IterationRecord& record : records) {
+    EXPECT_EQ(record.loss, records.front().loss);
+    EXPECT_EQ(record.grad_norm, records.front().grad_norm);
+    EXPECT_EQ(record.clip_coeff, records.front().clip_coeff);
+    EXPECT_EQ(record.input_tokens, records.front().input_tokens);
+  }
+  EXPECT_GT(records.front().loss, 0.0);
+}
+
+// The harness's own comparison, as tests/production_tensor_parallel_test.cpp: `updates`
+// teacher-forced updates of the production twin on its layout against the double reference.
+equivalence::Report compare_with_the_reference(const RunConfig& config, std::int64_t updates,
+                                               const equivalence::TwinKind& kind = equivalence::production_twin(false)) {
+  using namespace equivalence;
+  RunConfig reference_config = config;
+  reference_config.parallel.tensor_parallel = 1;
+  reference_config.parallel.pipeline_parallel = 1;
+  reference_config.parallel.virtual_pipeline_stages = 1;
+  reference_config.parallel.first_pipeline_stage_layers = 0;
+  reference_config.parallel.last_pipeline_stage_layers = 0;
+  reference_config.parallel.sequence_parallel = false;
+  reference_config.parallel.data_parallel = 1;
+  reference_config.parallel.world_size = 1;
+  const testing::StreamSamples stream = testing::tiny_production_samples();
+  const reference::SampleProvider samples = [stream](std::int64_t index) { return stream(index); };
+  TwinSetup reference_setup;
+  reference_setup.config = reference_config;
+  reference_setup.samples = samples;
+  TwinSetup test_setup = reference_setup;
+  test_setup.config = config;
+  auto reference = reference_twin().make(reference_setup);
+  auto under_test = kind.make(test_setup);
+  const PrecisionPair precisions{precision_of(kind, config), fp64()};
+  Report report;
+  compare_states_bitwise(0, "initial ", reference->state(), under_test->state(), report);
+  run_teacher_forced(*reference, *under_test, updates, reference_config, precisions, report);
+  return report;
+}
+
+void expect_matches_the_reference(const RunConfig& config, std::int64_t updates, const std::string& what) {
+  const equivalence::Report report = compare_with_the_reference(config, updates);
+  EXPECT_TRUE(report.ok()) << what << "\n" << report.text();
+}
+
+TEST(PipelineParallel, UpdatesMatchTheReferenceOnEveryStageLayout) {
+  expect_matches_the_reference(pp_run(2), 3, "PP 2");
+  expect_matches_the_reference(pp_run(4), 2, "PP 4");
+  RunConfig interleaved = pp_run(2);
+  interleaved.parallel.virtual_pipeline_stages = 2;
+  expect_matches_the_reference(interleaved, 2, "PP 2, 2 chunks a rank");
+  RunConfig uneven = pp_run(3);
+  uneven.parallel.first_pipeline_stage_layers = 1;
+  uneven.parallel.last_pipeline_stage_layers = 1;  // 1 + 2 + 1 layers
+  expect_matches_the_reference(uneven, 2, "PP 3 uneven");
+}
+
+TEST(PipelineParallel, UpdatesMatchTheReferenceWithTiedEmbeddingsTensorAndDataParallelism) {
+  RunConfig tied = pp_run(2);
+  tied.model.tie_embeddings = true;
+  tied.model.add_bias_linear = true;
+  expect_matches_the_reference(tied, 3, "PP 2 tied, biases");
+  RunConfig grid = pp_run(2, 2, 2);
+  grid.model.tie_embeddings = true;
+  grid.parallel.use_distributed_optimizer = true;
+  grid.parallel.overlap_grad_reduce = true;
+  grid.parallel.overlap_param_gather = true;
+  grid.parallel.ddp_bucket_size = 3000;
+  expect_matches_the_reference(grid, 2, "TP 2 x PP 2 x DP 2, SP, tied, distributed optimizer, overlap");
+  RunConfig bf16 = pp_run(2, 1, 2);
+  bf16.optimizer.bf16 = true;
+  bf16.model.tie_embeddings = true;
+  expect_matches_the_reference(bf16, 2, "PP 2 x DP 2 bf16 tied");
+}
+
+TEST(PipelineParallel, TheHarnessCatchesATiedEmbeddingNotSummedOrCountedTwice) {
+  // Negative controls: each stage updating its copy with its own half of the gradient, and both
+  // copies counted in the norm (clipping on, so the norm moves the update).
+  RunConfig config = pp_run(2, 1, 2);
+  config.model.tie_embeddings = true;
+  config.parallel.use_distributed_optimizer = true;
+  // Caught: a report that fails, or the trainer's own check that the two copies hold the same
+  // bits (std::logic_error, as the harness's property sees it).
+  const auto caught = [&](equivalence::Mutant mutant) {
+    try {
+      return !compare_with_the_reference(config, 2, equivalence::mutant_twin(mutant)).ok();
+    } catch (const std::logic_error& error) {
+      return std::string(error.what()).find("tied embedding") != std::string::npos;
+    }
+  };
+  EXPECT_TRUE(compare_with_the_reference(config, 2).ok()) << "the correct twin must pass first";
+  EXPECT_TRUE(caught(equivalence::Mutant::tied_embedding_not_summed))
+      << "a tied embedding not summed over its stages was not caught";
+  EXPECT_TRUE(caught(equivalence::Mutant::tied_embedding_counted_twice))
+      << "a tied embedding counted twice in the norm was not caught";
+}
+
+std::filesystem::path scratch(const std::string& name) {
+  const auto path = std::filesystem::temp_directory_path() / ("tandem-pp-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+TEST(PipelineParallel, ResumeIsBitExactAndACheckpointIsReadAtOtherPipelineTensorAndDataSizes) {
+  const std::filesystem::path directory = scratch("resume");
+  RunConfig config = pp_run(2, 1, 2);
+  config.model.tie_embeddings = true;
+  config.parallel.use_distributed_optimizer = true;
+  Ranks straight(config);
+  for (int i = 0; i < 4; ++i) straight.run();
+  Ranks stopped(config);
+  for (int i = 0; i < 2; ++i) stopped.run();
+  const HostState at_save = stopped.state();
+  // The sharded save refuses ranges that overlap or leave gaps: the tied embedding saved once.
+  stopped.ranks.each([&](Trainer& trainer, int) { production::save_trainer_checkpoint(trainer, directory); });
+  const MainState<double> whole = checkpoint::read_main_state_widened(
+      make_model_layout(config.model), checkpoint::load_checkpoint(checkpoint::resolve_checkpoint_directory(directory)));
+  EXPECT_EQ(whole.params, std::vector<double>(at_save.params.begin(), at_save.params.end()));
+  Ranks resumed(config);
+  resumed.ranks.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, directory); });
+  expect_same_state(resumed.state(), at_save, "PP 2 x DP 2 resumed");
+  for (int i = 0; i < 2; ++i) resumed.run();
+  expect_same_state(resumed.state(), straight.state(), "PP 2 x DP 2: 2 + resume + 2 vs 4 straight");
+  for (const auto& [pp, tp, dp] : {std::tuple{1, 1, 1}, std::tuple{4, 1, 1}, std::tuple{2, 2, 1}}) {
+    RunConfig other = pp_run(pp, tp, dp);
+    other.model.tie_embeddings = true;
+    Ranks reshard(other);
+    reshard.ranks.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, directory); });
+    expect_same_state(reshard.state(), at_save,
+                      "read at PP " + std::to_string(pp) + " x TP " + std::to_string(tp) + " x DP " + std::to_string(dp));
+  }
+  std::filesystem::remove_all(directory);
+}
+
+TEST(PipelineParallel, EachStageKeepsOnlyItsLayersActivations) {
+  // Exact: a stage allocates BlockActivations for its own layers only.
+  const RunConfig one = pp_run(1);
+  Ranks whole(one);
+  const std::int64_t per_layer = whole.ranks.front().model().activation_bytes_per_layer();
+  const std::int64_t all = whole.ranks.front().model().allocated_bytes();
+  Ranks halves(pp_run(2));
+  halves.ranks.each([&](Trainer& trainer, int) {
+    EXPECT_EQ(trainer.model().activation_bytes_per_layer(), per_layer);
+    EXPECT_EQ(trainer.model().allocated_bytes(), all - 2 * per_layer) << "stage " << trainer.pipeline_stage();
+  });
+}
+
+}  // namespace
+}  // namespace tandem
