@@ -9,9 +9,10 @@
 #   - it fails (exit 1): no step that needs the device may pass without one;
 #   - with 30 s the device facts came from the stand-in, and the op tests ran each in its own
 #     process (their per-test records are there);
-#   - with 10 s the steps after the first few are skipped for the budget, and the files still come;
-#     there a stand-in ldd reports NCCL missing for tandem: the op tests still run, tandem's steps
-#     are skipped as unable to load.
+#   - with 30 s, a stand-in ldd reports NCCL missing for tandem: the op tests still run, tandem's
+#     steps are skipped as unable to load;
+#   - with 10 s and an nvidia-smi that hangs, its step is killed at its timeout, the steps after it
+#     are skipped for the budget, and the files still come back in time.
 # Kind of check: exact (files, exit status, names); the time bound is the script's own budget.
 # Usage: tests/gpu_check_dry_run_test.sh BUILD_DIR     Exit status: 0 when every check holds.
 set -uo pipefail
@@ -30,12 +31,14 @@ case "${1:-}" in
   -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000-stand-in)" ;;
   --query-gpu=*) echo "name, uuid, driver_version, memory.total [MiB]"
     echo "NVIDIA H200, GPU-00000000-stand-in, 580.159.03, 143771 MiB" ;;
-  -q) echo "Product Name : NVIDIA H200 (stand-in)" ;;
+  -q) echo "Product Name : NVIDIA H200 (stand-in)"
+    # A hung driver, on request: the step must be killed at its timeout and the run go on.
+    [ -n "${STAND_IN_NVIDIA_SMI_HANGS:-}" ] && sleep 600 ;;
   *) echo "stand-in nvidia-smi: $*" ;;
 esac
 SMI
 chmod +x "$work/bin/nvidia-smi"
-# For the second run: an ldd that reports NCCL missing for tandem alone (which links it); the op
+# For the first run: an ldd that reports NCCL missing for tandem alone (which links it); the op
 # tests and benchmarks need only cudart and cuBLASLt, so they must still run.
 mkdir -p "$work/no-nccl"
 real_ldd="$(command -v ldd)"
@@ -95,7 +98,7 @@ sys.exit(1 if problems else 0)
 PY
 }
 
-dry_run budget30 30
+extra_path="$work/no-nccl:" dry_run budget30 30
 common_checks budget30 30
 grep -q "NVIDIA H200" "$work/budget30/out/summary.json" || fail "budget30: the stand-in's device facts are not in summary.json"
 python3 - "$work/budget30/out/summary.json" <<'PY' || fail "budget30: the op tests' per-process records (above)"
@@ -108,21 +111,26 @@ if "Gemm" not in first and "Attention" not in first:
     sys.exit(f"budget30: the first op test is {first}; GEMM and attention go first")
 PY
 
-extra_path="$work/no-nccl:" dry_run budget10 10
-common_checks budget10 10
-grep -q "skipped: the budget is spent" "$work/budget10/out/summary.txt" ||
-  fail "budget10: no step was skipped for the budget (summary.txt above)"
-python3 - "$work/budget10/out/summary.json" <<'PY' || fail "budget10: a missing NCCL (above)"
+python3 - "$work/budget30/out/summary.json" <<'PY' || fail "budget30: a missing NCCL (above)"
 import json, sys
 summary = json.load(open(sys.argv[1]))
 steps = {step["name"]: step["status"] for step in summary["steps"]}
 if "tandem" not in steps["libraries"] or "libnccl.so.2" not in steps["libraries"]:
-    sys.exit(f"budget10: libraries = {steps['libraries']!r}; it must name tandem's missing libnccl.so.2")
+    sys.exit(f"budget30: libraries = {steps['libraries']!r}; it must name tandem's missing libnccl.so.2")
 if not summary["cuda_ops_tests"] or "cannot load" in steps["cuda_ops_tests"]:
-    sys.exit(f"budget10: a missing NCCL blocked the op tests: {steps['cuda_ops_tests']!r}")
+    sys.exit(f"budget30: a missing NCCL blocked the op tests: {steps['cuda_ops_tests']!r}")
 if "cannot load" not in steps["train_comparison"] or "cannot load" not in steps["check_cuda"]:
-    sys.exit(f"budget10: train_comparison = {steps['train_comparison']!r}; tandem cannot load without NCCL")
+    sys.exit(f"budget30: train_comparison = {steps['train_comparison']!r}; tandem cannot load without NCCL")
 PY
+
+# The smallest budget, with nvidia-smi hanging: its step is killed at the timeout cut to the budget,
+# every later step is skipped for the budget, and the files still come back in time.
+STAND_IN_NVIDIA_SMI_HANGS=1 dry_run budget10 10
+common_checks budget10 10
+grep -q "device_facts.*timed out" "$work/budget10/out/summary.txt" ||
+  fail "budget10: the hanging nvidia-smi's step is not 'timed out' (summary.txt above)"
+grep -q "skipped: the budget is spent" "$work/budget10/out/summary.txt" ||
+  fail "budget10: no step was skipped for the budget (summary.txt above)"
 
 if ((failures)); then
   echo "gpu-check dry run: $failures check(s) failed" >&2
