@@ -1,7 +1,8 @@
 // `tandem audit`'s exact checks of every record (issue 15 item 3; reference/record_audit.hpp),
 // through the real binary on real logs of the tiny run (tests/support/tiny_train_cli.hpp):
 //   - it passes on logs of both engines, fp32 and bf16 (production), double and float50
-//     (reference), clipping on and off, with a skipped update, with padding (unit packing);
+//     (reference), clipping on and off, with a skipped update, with padding (unit packing), on the
+//     golden float50 trajectory, and on a resumed run's log (held to its checkpoint's record);
 //   - each check fails when one field of one record is edited, naming the iteration, the field,
 //     both values and the rule (a negative control per check);
 //   - the planted bug of issue 15, the clip coefficient computed as clip / norm without SPEC 6's
@@ -144,6 +145,31 @@ TEST_F(RecordAudit, PassesOnTheGoldenFloat50Trajectory) {
   EXPECT_GT(covered.clipped, 0);
   EXPECT_GT(covered.unclipped, 0);
   EXPECT_EQ(covered.skipped, 1);
+}
+
+// A run stopped at iteration 2 and resumed appends a header (resumed_from_iteration 2) and
+// records 3..6 to the same log: the records after it continue from record 2's counters.
+TEST_F(RecordAudit, AResumedRunsRecordsContinueFromItsCheckpointsRecord) {
+  const fs::path save = root_ / "ckpt";
+  const fs::path log = save / "log.jsonl";
+  const std::vector<std::string> clip = {"--clip-grad", kClip};
+  ASSERT_EQ(run_tandem(tiny_train(reference(), with(with(clip, {"--save", save.string()}), {"--exit-interval", "2"}))).exit_code, 0);
+  ASSERT_EQ(run_tandem(tiny_train(reference(), with(clip, {"--load", save.string(), "--save", save.string()}))).exit_code, 0);
+  const auto records = read_log(log);
+  ASSERT_EQ(records.size(), 1u + 2u + 1u + 4u);  // header, 2 records, header, 4 records
+  ASSERT_EQ(records[3]["type"], "header");
+  ASSERT_EQ(records[3]["resumed_from_iteration"], 2);
+  const auto result = audit(log);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+
+  // Iteration 3's counters are held to record 2's: one more consumed sample is named.
+  const fs::path tampered = edited(log, "resumed-edited", [](std::vector<nlohmann::json>& rs) {
+    rs.at(4)["consumed_samples"] = rs.at(4)["consumed_samples"].get<std::int64_t>() + 1;
+  });
+  const auto refused = audit(tampered);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("iter 3 (line 5) consumed_samples: logged "), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("(previous record: iteration 2)"), std::string::npos) << refused.output;
 }
 
 // One edit of one field of one record, and the field audit must name.
