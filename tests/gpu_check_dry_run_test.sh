@@ -88,7 +88,7 @@ for name in ("device_facts", "libraries", "cuda_ops_tests", "bench_gemm", "train
 for step in steps:
     if not step.get("status"):
         problems.append(f"step {step.get('name')} has no status")
-    device_steps = ("cuda_ops_tests", "bench_gemm", "bench_attention", "bench_update", "train_bench",
+    device_steps = ("cuda_ops_tests", "bench_gemm", "bench_attention", "bench_update", "train_bench", "audit_cuda",
                     "train_cuda", "check_cuda", "equivalence_cuda", "cuda_ops_tests_async")
     if step["name"] in device_steps and step["status"] == "passed":
         problems.append(f"step {step['name']} passed without a device")
