@@ -1,5 +1,7 @@
-// `tandem audit LOG.jsonl`: recompute every audited AdamW update of a log in 50 digits and compare
-// against the bound for the log's precision; the exit status is the verdict (SPEC 12).
+// `tandem audit LOG.jsonl`: check every iteration record exactly (the clip decision and
+// coefficient, lr and wd from the schedule, the counters and token totals: record_audit.hpp), and
+// recompute every audited AdamW update in 50 digits against the bound for the log's precision;
+// the exit status is the verdict (SPEC 12).
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -18,8 +20,9 @@ struct AuditCommandState {
 Command add_audit_command(CLI::App& parent) {
   auto state = std::make_shared<AuditCommandState>();
   CLI::App* sub = parent.add_subcommand(
-      "audit", "Recompute the audited AdamW updates of a training log (--audit-params) in 50 "
-               "digits; exit 1 when any differs beyond its bound");
+      "audit", "Check every record of a training log exactly (clip decision and coefficient, lr and "
+               "wd from the schedule, counters, token totals) and recompute its audited AdamW updates "
+               "(--audit-params) in 50 digits; exit 1 when any check fails");
   sub->add_option("log", state->log_path, "the run's JSON Lines log")->required();
   sub->add_flag("--verbose", state->verbose, "print every comparison, not just the worst");
 
@@ -31,10 +34,19 @@ Command add_audit_command(CLI::App& parent) {
     std::cout << "audit of " << state->log_path << ": " << report.iterations << " iterations, "
               << report.entries << " audited updates, main precision " << report.precision
               << "\n";
-    if (report.findings.empty()) {
-      std::cerr << "error: the log carries no audit entries; fix: train with --audit-params N\n";
+    if (report.iterations == 0) {
+      std::cerr << "error: the log carries no iteration record; fix: pass the --log of a run that trained\n";
       return 1;
     }
+    // Exact checks of every record (record_audit.hpp): each failure names the record, the field,
+    // both values and the rule.
+    for (const auto& f : report.record_findings) {
+      std::cout << "  iter " << f.iteration << " (line " << f.line << ") " << f.field << ": logged " << f.logged
+                << ", expected " << f.expected << "  MISMATCH\n    rule: " << f.rule << "\n";
+    }
+    std::cout << (report.record_findings.empty()
+                      ? "records: every record is self-consistent (clip, schedule, counters, tokens), exactly\n"
+                      : "records: MISMATCH in " + std::to_string(report.record_findings.size()) + " exact checks\n");
     auto print = [](const reference::AuditFinding& f) {
       std::cout << std::setprecision(17) << "  iter " << f.iteration << " " << f.tensor << "["
                 << f.element << "] " << f.quantity << ": logged " << f.logged << " recomputed "
@@ -48,11 +60,15 @@ Command add_audit_command(CLI::App& parent) {
       if (!finding.ok()) ++mismatches;
       if (state->verbose || !finding.ok()) print(finding);
     }
-    std::cout << "worst:\n";
-    print(*report.worst());
-    std::cout << (report.ok() ? "verdict: every audited update matches SPEC 7 within its bound\n"
-                              : "verdict: MISMATCH in " + std::to_string(mismatches) +
-                                    " comparisons\n");
+    if (report.findings.empty()) {
+      std::cout << "updates: the log carries no audited update to recompute (train with --audit-params N)\n";
+    } else {
+      std::cout << "worst:\n";
+      print(*report.worst());
+      std::cout << (mismatches == 0 ? "updates: every audited update matches SPEC 7 within its bound\n"
+                                    : "updates: MISMATCH in " + std::to_string(mismatches) + " comparisons\n");
+    }
+    std::cout << (report.ok() ? "verdict: every check holds\n" : "verdict: MISMATCH\n");
     return report.ok() ? 0 : 1;
   };
   return command;

@@ -61,7 +61,7 @@ const AuditFinding* AuditReport::worst() const {
 }
 
 bool AuditReport::ok() const {
-  if (findings.empty()) return false;
+  if (iterations == 0 || !record_findings.empty()) return false;
   for (const auto& finding : findings) {
     if (!finding.ok()) return false;
   }
@@ -74,6 +74,7 @@ AuditReport audit_log(const std::string& path) {
     throw std::runtime_error("audit: cannot open " + path + "; fix: pass the --log file of a run");
   }
   AuditReport report;
+  RecordAuditor records;
   OptimizerConfig optimizer;
   bool have_header = false;
   std::vector<std::string> lines;
@@ -121,6 +122,7 @@ AuditReport audit_log(const std::string& path) {
       optimizer.adam_beta2 = config.at("adam_beta2").get<double>();
       optimizer.adam_eps = config.at("adam_eps").get<double>();
       report.precision = record.at("main_precision").get<std::string>();
+      records.header(record, line_number);
       have_header = true;
       continue;
     }
@@ -130,6 +132,7 @@ AuditReport audit_log(const std::string& path) {
                                ": an iteration record before the header record");
     }
     ++report.iterations;
+    records.iteration(record, line_number);
     if (!record.contains("audit")) continue;
     const double u = unit_roundoff(report.precision);
     const std::int64_t iteration = record.at("iteration").get<std::int64_t>();
@@ -182,6 +185,7 @@ AuditReport audit_log(const std::string& path) {
     throw std::runtime_error("audit: " + path +
                              " has no header record; fix: pass a log written by tandem train");
   }
+  report.record_findings = records.findings();
   return report;
 }
 

@@ -1,11 +1,15 @@
-// `tandem audit LOG.jsonl`: recomputes every audited AdamW update of a training log (the
+// `tandem audit LOG.jsonl`: checks every iteration record exactly against what it proves about
+// itself (record_audit.hpp: the clip decision and coefficient, lr and wd from the schedule, the
+// counters and token totals), and recomputes every audited AdamW update of the log (the
 // --audit-params entries) from its logged inputs in 50-digit arithmetic, with the reference's own
-// adamw_update, and compares each logged result against a bound for the log's precision.
+// adamw_update, comparing each logged result against a bound for the log's precision.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "reference/record_audit.hpp"
 
 namespace tandem::reference {
 
@@ -26,12 +30,15 @@ struct AuditReport {
   std::string precision;  // of the log's main state: "fp32", "double" or "float50"
   std::int64_t iterations = 0;
   std::int64_t entries = 0;
-  std::vector<AuditFinding> findings;  // every comparison
+  std::vector<AuditFinding> findings;  // every comparison of an audited AdamW update
+  std::vector<RecordFinding> record_findings;  // every failed exact check of a record
   // Lines skipped as torn (a run killed while writing them): the last line, or a line followed by
   // a resumed run's header. Any other line that is not JSON is an error.
   std::vector<std::string> warnings;
   const AuditFinding* worst() const;   // largest error / bound; null when there are none
-  bool ok() const;                     // every finding within its bound, and at least one
+  // At least one iteration record, no failed record check, every AdamW finding within its bound
+  // (a log without --audit-params entries has none to recompute).
+  bool ok() const;
 };
 
 // Reads the log (header first, then iteration records); throws std::runtime_error naming the

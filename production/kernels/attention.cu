@@ -14,8 +14,10 @@
 //     increasing order. Probabilities are recomputed from the saved log-sum-exp, never rounded.
 // Threads: 128 a block, 4 per tile row; thread `lane` of a row owns the head dimensions
 // lane, lane + 4, ... (so head_dim <= kMaxHeadDim). Dot products use explicit fmaf in increasing
-// dimension order, the same in every kernel, so the forward's and backward's scores agree bit for
-// bit. The twins differ in summation order and expf (within 2 ulp): an approximate comparison.
+// dimension order, the same in every kernel, and the score z = dot * scale is rounded by __fmul_rn
+// (kernel_support.cuh's mul), which nvcc never contracts into a neighbouring add (a plain `*`
+// followed by `z - lse` may become one fma in one kernel and not in another), so the forward's and
+// backward's scores agree bit for bit. The twins differ in summation order and expf (within 2 ulp): an approximate comparison.
 #include <algorithm>
 #include <climits>
 
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(
     for (int j = 0; j < kScoresPerThread; ++j) {
       const int c = lane + kLanesPerRow * j;
       const std::int64_t s = k0 + c;
-      scores[j] = dot_rows(q_tile + r * g.stride, k_tile + c * g.stride, g.head_dim) * g.scale;
+      scores[j] = mul(dot_rows(q_tile + r * g.stride, k_tile + c * g.stride, g.head_dim), g.scale);
       if (t < g.seq && s >= my_start && s <= t) {
         allowed |= 1u << j;
         tile_max = fmaxf(tile_max, scores[j]);
@@ -210,10 +212,10 @@ __global__ void __launch_bounds__(kThreads) attention_key_value_grad_kernel(
         float probability = 0.0f;
         float score_grad = 0.0f;
         if (allowed) {
-          const float z = dot_rows(q_tile + r * g.stride, k_tile + c * g.stride, g.head_dim) * g.scale;
+          const float z = mul(dot_rows(q_tile + r * g.stride, k_tile + c * g.stride, g.head_dim), g.scale);
           probability = expf(z - lse_tile[r]);
           const float probability_grad = dot_rows(dctx_tile + r * g.stride, v_tile + c * g.stride, g.head_dim);
-          score_grad = probability * (probability_grad - dot_tile[r]) * g.scale;
+          score_grad = mul(mul(probability, probability_grad - dot_tile[r]), g.scale);
         }
         p_tile[r * kScoreStride + c] = probability;
         ds_tile[r * kScoreStride + c] = score_grad;
@@ -288,10 +290,10 @@ __global__ void __launch_bounds__(kThreads) attention_query_grad_kernel(
       const std::int64_t s = k0 + c;
       float score_grad = 0.0f;
       if (t < g.seq && s >= my_start && s <= t) {
-        const float z = dot_rows(q_tile + r * g.stride, k_tile + c * g.stride, g.head_dim) * g.scale;
+        const float z = mul(dot_rows(q_tile + r * g.stride, k_tile + c * g.stride, g.head_dim), g.scale);
         const float probability = expf(z - lse_tile[r]);
         const float probability_grad = dot_rows(dctx_tile + r * g.stride, v_tile + c * g.stride, g.head_dim);
-        score_grad = probability * (probability_grad - dot_tile[r]) * g.scale;
+        score_grad = mul(mul(probability, probability_grad - dot_tile[r]), g.scale);
       }
       ds_tile[r * kScoreStride + c] = score_grad;
     }
