@@ -58,6 +58,9 @@ CASES = {c.name: c for c in [
          why="Megatron's BlendedDataset of three weighted datasets, the largest share over two epochs"),
     Case("blend_by_sizes", seq_length=6, train_samples=150, weights=[None, None],
          why="two prefixes without weights: each one epoch, weighted by its samples"),
+    Case("one_weighted_prefix", seq_length=5, train_samples=457, weights=["1"],
+         why="a lone prefix given a weight: Megatron blends it and builds 0.5% more samples "
+             "(460), which here shuffles the last epoch jointly where 457 would shuffle it apart"),
     Case("negative_control", seq_length=7, train_samples=60, data_order="shuffled",
          expect_equal=False, why="tandem's own order must differ from Megatron's"),
 ]}
