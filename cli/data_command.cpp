@@ -1,11 +1,18 @@
 // `tandem data build --input DOCS.jsonl --output-prefix PREFIX [--tokenizer bytes]` (SPEC 12):
 // JSON Lines documents -> byte tokens -> a Megatron indexed dataset PREFIX.bin / PREFIX.idx.
 // A bad line is an error naming the line, exit status 2, and no output files.
+// `tandem data samples [RUN OPTIONS] [--part train|valid] [--first I] [--count N]`: the token
+// windows the trainers read, one sample per line, so the order can be checked against Megatron
+// (tests/megatron/) or by eye.
+#include <algorithm>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "cli/command.hpp"
+#include "core/args.hpp"
 #include "core/data/jsonl_builder.hpp"
+#include "core/data/training_data.hpp"
 
 namespace tandem::cli {
 namespace {
@@ -15,6 +22,45 @@ constexpr int kExitBadInput = 2;  // main.cpp's convention: 2 for bad input
 struct DataBuildState {
   data::JsonlBuildConfig build;
 };
+
+struct DataSamplesState {
+  RunArguments run;
+  std::string part = "train";  // which --split part: train | valid
+  std::int64_t first = 0;      // first sample printed
+  std::int64_t count = -1;     // samples printed; -1: every sample under --data-order megatron
+};
+
+// Prints `first .. first+count-1` of the run's samples of `part`, one line each:
+// "INDEX TOKEN0 ... TOKEN_L" (the L+1 window tokens: inputs then the last label).
+int print_samples(const DataSamplesState& state) {
+  const RunConfig config = build_run_config(state.run);  // ConfigError -> exit 2 in main
+  const data::DatasetSplit split =
+      state.part == "valid" ? data::DatasetSplit::valid : data::DatasetSplit::train;
+  const auto samples = data::open_training_samples_at(data::resolve_data_path(config), config, split);
+  std::int64_t count = state.count;
+  if (count < 0) {
+    const auto* index = samples->datasets().front().samples->megatron_index();
+    if (index == nullptr || samples->datasets().size() != 1) {
+      std::cerr << "error: --count = (unset): the stream of --data-order "
+                << to_string(config.data.data_order)
+                << " never ends; fix: give --count N (every sample is the default only for "
+                   "--data-order megatron, whose dataset has a length)\n";
+      return kExitBadInput;
+    }
+    count = std::max<std::int64_t>(0, index->sample_count() - state.first);
+  }
+  std::string line;
+  for (std::int64_t i = state.first; i < state.first + count; ++i) {
+    line = std::to_string(i);
+    for (const std::int32_t token : samples->window_tokens(i)) {
+      line += ' ';
+      line += std::to_string(token);
+    }
+    line += '\n';
+    std::cout << line;
+  }
+  return 0;
+}
 
 Command add_data_command(CLI::App& parent) {
   auto state = std::make_shared<DataBuildState>();
@@ -33,9 +79,25 @@ Command add_data_command(CLI::App& parent) {
       ->capture_default_str()
       ->check(CLI::IsMember({"bytes"}));
 
+  auto samples_state = std::make_shared<DataSamplesState>();
+  CLI::App* samples = data->add_subcommand(
+      "samples", "Print the token windows the trainers read (L+1 tokens: the inputs and the last "
+                 "label), one sample per line as \"INDEX TOKENS...\", for the run options given");
+  add_run_options(*samples, samples_state->run);
+  samples->add_option("--part", samples_state->part, "the --split part to read: train | valid")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"train", "valid"}));
+  samples->add_option("--first", samples_state->first, "first sample index (default: 0)")
+      ->check(CLI::NonNegativeNumber);
+  samples->add_option("--count", samples_state->count,
+                      "samples to print (default: all of Megatron's dataset under --data-order "
+                      "megatron; required otherwise)")
+      ->check(CLI::NonNegativeNumber);
+
   Command command;
   command.app = data;
-  command.run = [state]() {
+  command.run = [state, samples, samples_state]() {
+    if (samples->parsed()) return print_samples(*samples_state);
     try {
       const auto summary = data::build_dataset_from_jsonl(state->build);
       std::cout << "documents: " << summary.documents << " (" << summary.empty_documents

@@ -352,7 +352,9 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "embedded corpus)")->group(data);
   app.add_option("--split", v.data.split, "Megatron's train,valid,test weights (default: all "
                                           "train)")->group(data);
-  app.add_option("--data-order", args.data_order, "sequential | shuffled (per epoch, from --seed)")
+  app.add_option("--data-order", args.data_order, "sequential | shuffled (tandem's: per epoch, from --seed) | megatron (Megatron "
+                 "Core's GPTDataset order from --seed, --split, --seq-length, --train-samples; "
+                 "docs/DATA.md section 4)")
       ->capture_default_str()->group(data);
   app.add_option("--packing", args.packing, "concat | units")->capture_default_str()->group(data);
   app.add_flag("--reset-position-ids,!--no-reset-position-ids", v.data.reset_position_ids,
@@ -471,9 +473,11 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
     data.data_order = DataOrder::sequential;
   } else if (args.data_order == "shuffled") {
     data.data_order = DataOrder::shuffled;
+  } else if (args.data_order == "megatron") {
+    data.data_order = DataOrder::megatron;
   } else {
-    checker.fail("--data-order", args.data_order, "must be sequential or shuffled (SPEC 12)",
-                 "use one of those two");
+    checker.fail("--data-order", args.data_order, "must be sequential, shuffled or megatron (SPEC 12, 13)",
+                 "use one of those three");
   }
   if (args.packing == "concat") {
     data.packing = Packing::concat;
@@ -487,6 +491,15 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
     data.data_path = data::parse_data_path(args.data_paths);
   } catch (const ConfigError& error) {
     for (const auto& issue : error.issues()) checker.fail(issue.field, issue.value, issue.rule, issue.fix);
+  }
+  if (data.data_order == DataOrder::megatron) {
+    // Megatron's GPTDataset packs by concatenation and seeds numpy's RandomState with --seed.
+    checker.check(data.packing == Packing::concat, "--packing", args.packing,
+                  "--data-order megatron is Megatron's GPTDataset, which concatenates documents",
+                  "use --packing concat (the default) or another --data-order");
+    checker.check(data.seed < (std::uint64_t{1} << 32), "--seed", std::to_string(data.seed),
+                  "--data-order megatron seeds numpy.random.RandomState, which takes [0, 2^32)",
+                  "give a smaller --seed");
   }
   checker.throw_if_any();
   if (!data.split.empty()) data::parse_split_weights(data.split);  // throws ConfigError on --split

@@ -66,7 +66,12 @@ std::string to_string(LossNormalization normalization) {
 }
 
 std::string to_string(DataOrder order) {
-  return order == DataOrder::sequential ? "sequential" : "shuffled";
+  switch (order) {
+    case DataOrder::sequential: return "sequential";
+    case DataOrder::shuffled: return "shuffled";
+    case DataOrder::megatron: return "megatron";
+  }
+  return "?";
 }
 
 std::string to_string(Packing packing) { return packing == Packing::concat ? "concat" : "units"; }

@@ -119,7 +119,9 @@ struct ScheduleConfig {
 };
 
 enum class LossNormalization { per_token, microbatch_mean };
-enum class DataOrder { sequential, shuffled };
+// sequential, shuffled: tandem's own orders (docs/DATA.md section 4); megatron: Megatron Core's
+// GPTDataset and BlendedDataset order (core/data/megatron_order.hpp).
+enum class DataOrder { sequential, shuffled, megatron };
 enum class Packing { concat, units };
 
 // One dataset named by --data-path (SPEC 2; blends: docs/DATA.md section 9).

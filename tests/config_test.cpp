@@ -50,6 +50,18 @@ std::string expect_issue(const std::vector<std::string>& arguments, const std::s
   return {};
 }
 
+TEST(Config, MegatronDataOrderRefusesWhatMegatronCannotDo) {
+  EXPECT_EQ(parse(with(valid(), {"--data-order", "megatron"})).data.data_order, DataOrder::megatron);
+  // Megatron's GPTDataset only concatenates; numpy's RandomState takes seeds below 2^32.
+  expect_issue(with(valid(), {"--data-order", "megatron", "--packing", "units"}), "--packing");
+  expect_issue(with(valid(), {"--data-order", "megatron", "--seed", "4294967296"}), "--seed");
+  EXPECT_EQ(parse(with(valid(), {"--data-order", "megatron", "--seed", "4294967295"})).data.seed,
+            4294967295u);
+  EXPECT_EQ(parse(with(valid(), {"--packing", "units", "--seed", "4294967296"})).data.seed,
+            4294967296u);  // tandem's own orders take any 64-bit seed
+  expect_issue(with(valid(), {"--data-order", "random"}), "--data-order");
+}
+
 TEST(Config, ValidBaselineParsesWithDerivedDefaults) {
   const RunConfig config = parse(valid());
   EXPECT_EQ(config.parallel.data_parallel, 1);

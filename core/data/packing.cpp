@@ -89,6 +89,9 @@ SampleSourceConfig sample_source_config(const RunConfig& run) {
   config.data = run.data;
   config.seq_length = run.model.seq_length;
   config.vocab_size = run.model.vocab_size;
+  if (run.data.data_order == DataOrder::megatron) {
+    config.megatron_num_samples = megatron_num_samples(run, DatasetSplit::train);
+  }
   return config;
 }
 
@@ -117,6 +120,34 @@ SampleSource::SampleSource(std::shared_ptr<const IndexedDataset> dataset, Sample
                        ") has no tokens; expected at least 1; fix: use a larger dataset or give "
                        "this split a larger weight");
   }
+  if (config_.data.data_order == DataOrder::megatron) {
+    if (config_.data.packing != Packing::concat) {
+      throw std::invalid_argument("--data-order megatron needs --packing concat (Megatron's GPTDataset)");
+    }
+    if (config_.megatron_num_samples < 0) {
+      throw std::invalid_argument("SampleSource: --data-order megatron needs megatron_num_samples");
+    }
+    megatron_ = std::make_shared<const MegatronGptIndex>(
+        *dataset_, range_,
+        MegatronOrderConfig{config_.seq_length, config_.megatron_num_samples, config_.data.seed});
+  }
+}
+
+std::int64_t megatron_num_samples(const RunConfig& run, DatasetSplit split) {
+  const std::int64_t global_batch = run.batch.global_batch_size;
+  switch (split) {
+    case DatasetSplit::train:
+      return run.schedule.train_samples;
+    case DatasetSplit::valid: {
+      const std::int64_t interval = run.evaluation.eval_interval;
+      const std::int64_t evaluations = (interval > 0 ? run.train_updates() / interval : 0) + 1;
+      return checked_multiply(checked_multiply(evaluations, run.evaluation.eval_iters, "evaluations x eval iters"),
+                              global_batch, "eval iters x global batch");
+    }
+    case DatasetSplit::test:
+      return checked_multiply(run.evaluation.eval_iters, global_batch, "eval iters x global batch");
+  }
+  return 0;
 }
 
 std::vector<std::int64_t> SampleSource::sequence_order(std::int64_t epoch) const {
@@ -286,12 +317,33 @@ void SampleSource::read_unit_window(std::int64_t global_index, std::span<std::in
   std::fill(out.begin() + static_cast<std::ptrdiff_t>(filled), out.end(), config_.pad_token);
 }
 
+void SampleSource::read_megatron_window(std::int64_t global_index, std::span<std::int32_t> out) const {
+  // Megatron's sample i: the L+1 tokens from stream position shuffle[i] x L of its document
+  // index's stream (megatron_order.hpp); the last window ends inside the stream by construction.
+  std::int64_t position = megatron_->window_begin(global_index);
+  const auto& documents = megatron_->document_index();
+  std::size_t filled = 0;
+  while (filled < out.size()) {
+    const auto at = megatron_->place(position);
+    const std::int64_t sequence = documents[at.entry];
+    const std::int64_t available = dataset_->sequence_length(sequence) - at.offset;
+    const auto take = static_cast<std::size_t>(
+        std::min<std::int64_t>(available, static_cast<std::int64_t>(out.size() - filled)));
+    dataset_->read_tokens(sequence, at.offset, out.subspan(filled, take));
+    filled += take;
+    position += static_cast<std::int64_t>(take);
+  }
+}
+
 std::vector<std::int32_t> SampleSource::window_tokens(std::int64_t global_index) const {
   if (global_index < 0) {
     throw std::invalid_argument("sample index " + std::to_string(global_index) + " < 0");
   }
   std::vector<std::int32_t> window(static_cast<std::size_t>(config_.seq_length + 1));  // [seq+1]
-  if (config_.data.packing == Packing::concat) {
+  if (megatron_) {
+    read_megatron_window(global_index, window);
+    check_tokens(window, global_index);
+  } else if (config_.data.packing == Packing::concat) {
     // SPEC 2: sample i covers stream tokens [i*L, i*L + L + 1).
     read_stream(checked_multiply(global_index, config_.seq_length, "sample x seq_length"), window);
     check_tokens(window, global_index);

@@ -13,6 +13,7 @@
 
 #include "core/config.hpp"
 #include "core/data/indexed_dataset.hpp"
+#include "core/data/megatron_order.hpp"
 #include "core/data/sample.hpp"
 #include "core/data/split.hpp"
 
@@ -41,13 +42,26 @@ struct SampleSourceConfig {
   DatasetSplit split = DatasetSplit::train;       // which --split range to read
   std::int32_t eod_token = kEodToken;             // the tokenizer's EOD (SPEC 12: 256)
   std::int32_t pad_token = kPadToken;             // the tokenizer's PAD (SPEC 12: 257)
+  // --data-order megatron only: Megatron's num_samples for this split's GPTDataset (the train
+  // split: --train-samples; valid: the evaluation's samples; megatron_num_samples()). -1 = unset,
+  // an error under that order.
+  std::int64_t megatron_num_samples = -1;
 };
 // From a run's configuration: its data section, seq_length and vocab_size, the byte tokenizer's
 // EOD and PAD, the train split.
 SampleSourceConfig sample_source_config(const RunConfig& run);
 
+// Megatron's num_samples for the GPTDataset of `split` (megatron-core's builder, sizes from
+// Megatron-LM's get_train_valid_test_num_samples): train: --train-samples; valid:
+// (train updates // --eval-interval + 1) x --eval-iters x global batch, the "+ 1" alone when
+// --eval-interval is unset (0); test: --eval-iters x global batch.
+std::int64_t megatron_num_samples(const RunConfig& run, DatasetSplit split);
+
 // The training samples of one dataset split: sample(i) for any i >= 0 (the stream never ends;
 // epoch e+1 follows epoch e). Thread-safe; epoch layouts are computed on demand and cached.
+// Under --data-order megatron the samples are Megatron's GPTDataset's (megatron_order.hpp):
+// sample(i) exists for i < megatron_index()->sample_count() only, and the epoch bookkeeping
+// below (tandem's orders' epochs) does not describe them.
 class SampleSource {
  public:
   SampleSource(std::shared_ptr<const IndexedDataset> dataset, SampleSourceConfig config);
@@ -70,6 +84,8 @@ class SampleSource {
   std::vector<std::int64_t> sequence_order(std::int64_t epoch) const;
 
   const SampleSourceConfig& config() const { return config_; }
+  // Megatron's indices under --data-order megatron; null otherwise.
+  const MegatronGptIndex* megatron_index() const { return megatron_.get(); }
 
  private:
   // One piece of a sequence placed in a unit-packing window.
@@ -91,6 +107,7 @@ class SampleSource {
   void remember_locked(std::int64_t key, std::shared_ptr<const EpochLayout> epoch_layout) const;
   void read_stream(std::int64_t stream_begin, std::span<std::int32_t> out) const;
   void read_unit_window(std::int64_t global_index, std::span<std::int32_t> out) const;
+  void read_megatron_window(std::int64_t global_index, std::span<std::int32_t> out) const;
   void check_tokens(std::span<const std::int32_t> window, std::int64_t global_index) const;
 
   std::shared_ptr<const IndexedDataset> dataset_;
@@ -98,6 +115,7 @@ class SampleSource {
   MaskRules rules_;
   SequenceRange range_;
   std::int64_t tokens_per_epoch_ = 0;
+  std::shared_ptr<const MegatronGptIndex> megatron_;  // --data-order megatron only
 
   mutable std::mutex mutex_;
   mutable std::map<std::int64_t, std::shared_ptr<const EpochLayout>> cache_;  // a few epochs

@@ -1,6 +1,7 @@
 // From RunConfig to TrainingSamples (see training_data.hpp).
 #include "core/data/training_data.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -70,6 +71,15 @@ std::int64_t megatron_samples_per_epoch(const SampleSource& samples) {
   return (samples.tokens_per_epoch() - 1) / samples.config().seq_length;
 }
 
+std::int64_t megatron_dataset_samples(const DataPathEntry& entry, std::size_t datasets,
+                                     std::int64_t split_samples) {
+  // Megatron's builder: one prefix without a weight is a GPTDataset of the split's size.
+  if (!entry.weight) return datasets == 1 ? split_samples : 0;  // 0: one epoch (size None)
+  // Weighted (even one prefix): _get_size_per_split_per_dataset with mid_level_dataset_surplus.
+  const double target = std::ceil(static_cast<double>(split_samples) * *entry.weight);
+  return static_cast<std::int64_t>(std::ceil(target * (1.0 + kMegatronBlendSurplus)));
+}
+
 std::shared_ptr<const TrainingSamples> open_training_samples(const RunConfig& run,
                                                              const std::string& work_directory) {
   return open_training_samples_at(resolve_data_path(run, work_directory), run);
@@ -80,11 +90,15 @@ std::shared_ptr<const TrainingSamples> open_training_samples_at(
   if (data_path.empty()) throw std::invalid_argument("open_training_samples_at: no dataset");
   SampleSourceConfig source_config = sample_source_config(run);
   source_config.split = split;
+  const bool megatron_order = run.data.data_order == DataOrder::megatron;
+  const std::int64_t split_samples = megatron_order ? megatron_num_samples(run, split) : 0;
   std::vector<TrainingSamples::Dataset> datasets;
   for (const auto& entry : data_path) {
     auto dataset = std::make_shared<const IndexedDataset>(IndexedDataset::open(entry.prefix));
+    SampleSourceConfig dataset_config = source_config;
+    if (megatron_order) dataset_config.megatron_num_samples = megatron_dataset_samples(entry, data_path.size(), split_samples);
     datasets.push_back({entry.prefix, entry.weight.value_or(1.0),
-                        std::make_shared<const SampleSource>(std::move(dataset), source_config)});
+                        std::make_shared<const SampleSource>(std::move(dataset), dataset_config)});
   }
   const bool weights_from_sizes = data_path.size() > 1 && !data_path.front().weight;
   if (weights_from_sizes) {

@@ -64,6 +64,18 @@ class TrainingSamples {
 // The weight of each dataset when --data-path lists prefixes without weights.
 std::int64_t megatron_samples_per_epoch(const SampleSource& samples);
 
+// Megatron's mid_level_dataset_surplus (BlendedMegatronDatasetConfig default): a weighted blend
+// builds each dataset for 0.5 % more samples than its share.
+inline constexpr double kMegatronBlendSurplus = 0.005;
+
+// --data-order megatron: the num_samples Megatron's builder gives the GPTDataset of `entry`
+// (docs/DATA.md section 4) when its blend of `datasets` entries reads `split_samples`: the split's
+// samples for a lone prefix without weight; ceil(ceil(split_samples x w) x (1 + surplus)) for a
+// weighted entry (even a lone one: Megatron then builds a BlendedDataset); 0 for a blend weighted
+// by sizes (Megatron builds each for one epoch, num_samples None, which 0 reproduces).
+std::int64_t megatron_dataset_samples(const DataPathEntry& entry, std::size_t datasets,
+                                     std::int64_t split_samples);
+
 // The train split of those datasets, packed as the run asks (SPEC 2, 3), blended when several.
 std::shared_ptr<const TrainingSamples> open_training_samples(
     const RunConfig& run, const std::string& work_directory = "");
