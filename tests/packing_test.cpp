@@ -215,10 +215,28 @@ TEST(ConcatPacking, SplitReadsOnlyItsSequences) {
   EXPECT_THROW(SampleSource(dataset.get(), config), DatasetError);  // an empty split
 }
 
-TEST(ConcatPacking, TokensOutsideTheVocabularyAreRefused) {
+TEST(ConcatPacking, TokensOutsideTheVocabularyAreRefusedWhenTheSourceIsBuilt) {
+  TempDataset dataset({{1, 2}, {3, 200}});
+  auto config = source_config(2, Packing::concat, DataOrder::sequential);
+  config.vocab_size = 100;
+  try {
+    const SampleSource source(dataset.get(), config);
+    ADD_FAILURE() << "token 200 accepted with a vocabulary of 100";
+  } catch (const DatasetError& error) {
+    // docs/DATA.md section 13: named by its sequence, before any sample is read.
+    EXPECT_NE(std::string(error.what()).find("sequence 1 holds token 200"), std::string::npos) << error.what();
+  }
+  config.precheck_tokens = 3;  // the first sequence (3 tokens with its EOD) only
+  EXPECT_NO_THROW(SampleSource(dataset.get(), config));
+  config.precheck_tokens = 4;
+  EXPECT_THROW(SampleSource(dataset.get(), config), DatasetError);
+}
+
+TEST(ConcatPacking, TokensOutsideTheVocabularyAreRefusedInEveryWindow) {
   TempDataset dataset({{1, 200}});
   auto config = source_config(2, Packing::concat, DataOrder::sequential);
   config.vocab_size = 100;
+  config.precheck_tokens = 0;  // past the tokens checked when the source is built
   const SampleSource source(dataset.get(), config);
   try {
     source.sample(0);
