@@ -216,19 +216,19 @@ TEST(ConcatPacking, SplitReadsOnlyItsSequences) {
 }
 
 TEST(ConcatPacking, TokensOutsideTheVocabularyAreRefusedWhenTheSourceIsBuilt) {
-  TempDataset dataset({{1, 2}, {3, 200}});
+  TempDataset dataset({{1, 2}, {3, P}});  // sequences [1 2 E] and [3 257 E]
   auto config = source_config(2, Packing::concat, DataOrder::sequential);
-  config.vocab_size = 100;
+  config.vocab_size = P;  // 257 ids: 257 lies outside
   try {
     const SampleSource source(dataset.get(), config);
-    ADD_FAILURE() << "token 200 accepted with a vocabulary of 100";
+    ADD_FAILURE() << "token 257 accepted with a vocabulary of 257";
   } catch (const DatasetError& error) {
     // docs/DATA.md section 13: named by its sequence, before any sample is read.
-    EXPECT_NE(std::string(error.what()).find("sequence 1 holds token 200"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("sequence 1 holds token 257"), std::string::npos) << error.what();
   }
-  config.precheck_tokens = 3;  // the first sequence (3 tokens with its EOD) only
+  config.precheck_tokens = 4;  // 1 2 E 3: short of 257, the fifth token
   EXPECT_NO_THROW(SampleSource(dataset.get(), config));
-  config.precheck_tokens = 4;
+  config.precheck_tokens = 5;
   EXPECT_THROW(SampleSource(dataset.get(), config), DatasetError);
 }
 

@@ -209,11 +209,23 @@ TEST(TokenizerErrors, HuggingFaceWithoutEosTokenIsRefused) {
                                     dir.path().string()}, "--tokenizer-model"), "</s>"));
 }
 
-TEST(TokenizerErrors, AVocabularyOtherThanTheBytesWithoutATokenizerIsRefusedNotGuessed) {
-  const std::string message = issue_about({"--vocab-size", "50257"}, "--tokenizer-type");
-  EXPECT_TRUE(contains(message, "50257")) << message;
-  EXPECT_TRUE(contains(message, "GPT2BPETokenizer")) << message;  // the fix names the options
-  EXPECT_NO_THROW(parse_run({"--vocab-size", "258"}));           // the byte tokenizer's own size
+TEST(TokenizerErrors, AVocabularyOtherThanTheBytesWithoutATokenizerPlansButReadsNoData) {
+  // The seed's fragment plans a 128,256-id model without naming its tokenizer (SPEC 10, 11).
+  const RunConfig planned = parse_run({"--vocab-size", "50257"});
+  EXPECT_EQ(planned.model.vocab_size, 50257);
+  const TempDirectory corpus;
+  try {
+    data::open_training_samples(planned, corpus.path().string());  // the embedded corpus: byte data
+    ADD_FAILURE() << "a run naming no tokenizer read data with a vocabulary of 50257";
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    ASSERT_EQ(error.issues().size(), 1u) << message;
+    EXPECT_EQ(error.issues()[0].field, "--vocab-size");
+    EXPECT_TRUE(contains(message, "--vocab-size = 50257")) << message;
+    EXPECT_TRUE(contains(message, "without --tokenizer-type")) << message;
+    EXPECT_TRUE(contains(message, "--tokenizer-type GPT2BPETokenizer")) << message;  // the fix
+  }
+  EXPECT_NO_THROW(data::open_training_samples(parse_run({"--vocab-size", "258"}), corpus.path().string()));
 }
 
 // ---- A dataset built with GPT-2's vocabulary --------------------------------------------------
@@ -413,6 +425,13 @@ TEST_F(TokenizerCli, ACheckpointWithoutTokenizerIsTheByteTokenizers) {
   EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "EOD 256, PAD 257")) << resumed.output;
   EXPECT_TRUE(contains(resumed.output, "no --tokenizer-type")) << resumed.output;
+}
+
+TEST_F(TokenizerCli, AVocabularySizeWithoutATokenizerExits2BeforeTraining) {
+  const auto result = run_tandem(train({"--engine", "reference"}, {"--vocab-size", "300"}, {}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_TRUE(contains(result.output, "error: --vocab-size = 300")) << result.output;
+  EXPECT_TRUE(contains(result.output, "--tokenizer-type")) << result.output;
 }
 
 TEST_F(TokenizerCli, TheByteTokenizerOnGpt2DataStopsBeforeTheFirstIteration) {
