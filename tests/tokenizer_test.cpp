@@ -307,6 +307,25 @@ TEST(Gpt2Dataset, UnitPackingWithoutAPadTokenPadsWithTokenZeroMasked) {
   EXPECT_EQ(sample.attention_start[15], 15);
 }
 
+TEST(Gpt2Dataset, BlendsAndTheValidationSplitTakeTheTokenizersIdsToo) {
+  const TempDirectory dir;
+  const std::string prefix = write_gpt2_dataset(dir.path());
+  // --split 1,2 on 3 sequences: train [0, 1) = doc0, valid [1, 3) = doc1 and doc2.
+  const RunConfig run = parse_run(with(gpt2(), {"--data-path", "0.5", prefix, "0.5", prefix, "--seq-length", "16",
+                                                "--data-order", "sequential", "--split", "1,2"}));
+  // Train: doc0 (6 tokens, EOD last) repeated across epochs; EOD inputs at t = 5 and 11.
+  const Sample train = data::open_training_samples(run)->sample(0);
+  EXPECT_EQ(train.loss_tokens, 16 - 2);
+  EXPECT_EQ(train.pad_tokens, 0);
+  EXPECT_EQ(train.positions, concatenated({range_from(0, 6), range_from(0, 6), range_from(0, 4)}));
+  // Valid: doc1 (9 tokens, EOD at 8) then doc2; one EOD input.
+  const auto valid = data::open_training_samples_at(data::resolve_data_path(run), run, data::DatasetSplit::valid);
+  const Sample first = valid->sample(0);
+  EXPECT_EQ(first.loss_tokens, 16 - 1);
+  EXPECT_EQ(first.pad_tokens, 0);
+  EXPECT_EQ(first.positions, concatenated({range_from(0, 9), range_from(0, 7)}));
+}
+
 TEST(Gpt2Dataset, ARunNamingNoTokenizerRefusesItBeforeTrainingNamingTheOption) {
   const TempDirectory dir;
   const std::string prefix = write_gpt2_dataset(dir.path());
