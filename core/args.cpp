@@ -17,6 +17,7 @@
 
 #include "core/data/blend.hpp"
 #include "core/data/split.hpp"
+#include "core/data/tokenizer.hpp"
 #include "core/pipeline_layout.hpp"
 
 namespace tandem {
@@ -106,6 +107,68 @@ class Checker {
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
+}
+
+// SPEC 13: the special ids and the vocabulary size come from the tokenizer the data was built
+// with (docs/DATA.md section 13); the byte tokenizer's only when none is named.
+void resolve_tokenizer(const RunArguments& args, RunConfig& config, Checker& checker) {
+  auto& tokenizer = config.tokenizer;
+  const std::string kinds = "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer or bytes";
+  if (args.given("--tokenizer-type")) {
+    const auto type = data::parse_tokenizer_type(args.tokenizer_type);
+    if (!type) {
+      checker.fail("--tokenizer-type", args.tokenizer_type,
+                   "is not a tokenizer type tandem reads (" + kinds + "; Megatron's spelling)",
+                   "name the tokenizer the data was built with, e.g. --tokenizer-type GPT2BPETokenizer");
+      return;
+    }
+    tokenizer.type = *type;
+  }
+  // Megatron ignores a file option its tokenizer type does not read; tandem says so.
+  const auto read_only_by = [&](const char* option, const std::string& value, bool read, const char* readers) {
+    checker.check(!args.given(option) || read, option, value,
+                  "is read only by --tokenizer-type " + std::string(readers) + ", not " + to_string(tokenizer.type),
+                  "drop it, or name the tokenizer that reads it");
+  };
+  const bool gpt2 = tokenizer.type == TokenizerType::gpt2_bpe;
+  read_only_by("--vocab-file", tokenizer.vocab_file, gpt2, "GPT2BPETokenizer");
+  read_only_by("--merge-file", tokenizer.merge_file, gpt2, "GPT2BPETokenizer");
+  const bool null = tokenizer.type == TokenizerType::null_tokenizer;
+  read_only_by("--null-tokenizer-eod-id", std::to_string(args.null_tokenizer_eod_id), null, "NullTokenizer");
+  read_only_by("--null-tokenizer-pad-id", std::to_string(args.null_tokenizer_pad_id), null, "NullTokenizer");
+  read_only_by("--tokenizer-model", tokenizer.tokenizer_model,
+               tokenizer.type == TokenizerType::huggingface || tokenizer.type == TokenizerType::sentencepiece ||
+                   tokenizer.type == TokenizerType::llama2,
+               "HuggingFaceTokenizer, SentencePieceTokenizer or Llama2Tokenizer");
+  // The byte tokenizer with another --vocab-size plans (the seed's fragment gives 128,256 ids);
+  // a run that reads data with it is refused (data::open_training_samples_at).
+  if (tokenizer.type == TokenizerType::bytes) return;
+  if (tokenizer.type == TokenizerType::null_tokenizer) {
+    checker.check(args.given("--vocab-size"), "--vocab-size", "not given",
+                  "--tokenizer-type NullTokenizer takes its size from --vocab-size (Megatron asserts it is given)",
+                  "give --vocab-size N, the number of the data's ids (EOD = N - 1 unless --null-tokenizer-eod-id)");
+    if (!args.given("--vocab-size")) return;
+  }
+  try {
+    data::NullTokenizerOptions null_options;
+    null_options.vocab_size = config.model.vocab_size;
+    if (args.given("--null-tokenizer-eod-id")) null_options.eod_id = args.null_tokenizer_eod_id;
+    null_options.pad_id = args.null_tokenizer_pad_id;
+    const data::TokenizerIds ids = data::read_tokenizer_ids(tokenizer, null_options);
+    if (tokenizer.type != TokenizerType::null_tokenizer) {
+      // Megatron ignores --vocab-size beside a real tokenizer; tandem refuses a disagreeing one.
+      checker.check(!args.given("--vocab-size") || config.model.vocab_size == ids.vocab_size, "--vocab-size",
+                    std::to_string(config.model.vocab_size),
+                    "differs from the " + std::to_string(ids.vocab_size) + " ids of --tokenizer-type " +
+                        to_string(tokenizer.type) + " (the vocabulary size comes from the tokenizer, as in Megatron)",
+                    "drop --vocab-size");
+    }
+    config.model.vocab_size = ids.vocab_size;
+    tokenizer.eod_token = ids.eod_token;
+    tokenizer.pad_token = ids.pad_token;
+  } catch (const ConfigError& error) {
+    for (const auto& issue : error.issues()) checker.fail(issue.field, issue.value, issue.rule, issue.fix);
+  }
 }
 
 }  // namespace
@@ -350,6 +413,19 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "its share; each dataset continues into its next epoch), or P1 P2 ... weighted "
                  "by each dataset's samples per epoch; docs/DATA.md section 9 (default: the "
                  "embedded corpus)")->group(data);
+  app.add_option("--tokenizer-type", args.tokenizer_type,
+                 "the tokenizer the data was built with, for its EOD, PAD and vocabulary size: "
+                 "GPT2BPETokenizer | HuggingFaceTokenizer | NullTokenizer | bytes (Megatron's names; "
+                 "default: tandem's byte tokenizer; docs/DATA.md section 13)")->group(data);
+  app.add_option("--null-tokenizer-eod-id", args.null_tokenizer_eod_id,
+                 "NullTokenizer's EOD (default: --vocab-size - 1)")->group(data);
+  app.add_option("--null-tokenizer-pad-id", args.null_tokenizer_pad_id,
+                 "NullTokenizer's PAD (default: -1, none)")->capture_default_str()->group(data);
+  app.add_option("--vocab-file", v.tokenizer.vocab_file, "GPT2BPETokenizer's vocab.json")->group(data);
+  app.add_option("--merge-file", v.tokenizer.merge_file, "GPT2BPETokenizer's merges.txt")->group(data);
+  app.add_option("--tokenizer-model", v.tokenizer.tokenizer_model,
+                 "HuggingFaceTokenizer: a directory with tokenizer.json and tokenizer_config.json")
+      ->group(data);
   app.add_option("--split", v.data.split, "Megatron's train,valid,test weights (default: all "
                                           "train)")->group(data);
   app.add_option("--data-order", args.data_order, "sequential | shuffled (tandem's: per epoch, from --seed) | megatron (Megatron "
@@ -555,6 +631,7 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
   positive(model.hidden_size, "--hidden-size");
   positive(model.num_attention_heads, "--num-attention-heads");
   positive(model.vocab_size, "--vocab-size");
+  resolve_tokenizer(args, config, checker);
   positive(model.make_vocab_size_divisible_by, "--make-vocab-size-divisible-by");
   positive(model.seq_length, "--seq-length");
   positive(parallel.tensor_parallel, "--tensor-model-parallel-size");

@@ -57,6 +57,9 @@ struct RunArguments {
   std::string train_tokens;
   std::string lr_warmup_tokens;
   std::vector<std::string> data_paths;
+  std::string tokenizer_type;  // --tokenizer-type; empty = not given (the byte tokenizer)
+  std::int64_t null_tokenizer_eod_id = 0;   // --null-tokenizer-eod-id (when given)
+  std::int64_t null_tokenizer_pad_id = -1;  // --null-tokenizer-pad-id
 
   // Values whose default depends on other fields, or that exist in two spellings.
   std::int64_t train_iters = 0;

@@ -76,6 +76,18 @@ std::string to_string(DataOrder order) {
 
 std::string to_string(Packing packing) { return packing == Packing::concat ? "concat" : "units"; }
 
+std::string to_string(TokenizerType type) {
+  switch (type) {
+    case TokenizerType::bytes: return "bytes";
+    case TokenizerType::gpt2_bpe: return "GPT2BPETokenizer";
+    case TokenizerType::huggingface: return "HuggingFaceTokenizer";
+    case TokenizerType::sentencepiece: return "SentencePieceTokenizer";
+    case TokenizerType::llama2: return "Llama2Tokenizer";
+    case TokenizerType::null_tokenizer: return "NullTokenizer";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // --data-path: "" for the embedded corpus and "PREFIX" for one dataset without a weight (the
@@ -150,6 +162,16 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
   if (p.last_pipeline_stage_layers > 0) out["parallel"]["last_pipeline_stage_layers"] = p.last_pipeline_stage_layers;
   if (p.account_for_embedding_in_pipeline_split) out["parallel"]["account_for_embedding_in_pipeline_split"] = true;
   if (p.account_for_loss_in_pipeline_split) out["parallel"]["account_for_loss_in_pipeline_split"] = true;
+  // Only a run that names a tokenizer records it, so the byte tokenizer's runs (log headers,
+  // checkpoints, the golden fixtures) read as they always have; an absent "tokenizer" means the
+  // byte tokenizer's ids, EOD 256 and PAD 257 (docs/DATA.md section 13).
+  if (config.tokenizer.named()) {
+    const auto& t = config.tokenizer;
+    out["tokenizer"] = {{"type", to_string(t.type)}, {"vocab_file", t.vocab_file},
+                        {"merge_file", t.merge_file}, {"tokenizer_model", t.tokenizer_model},
+                        {"vocab_size", m.vocab_size}, {"eod", t.eod_token},
+                        {"pad", t.pad_token == kNoPadToken ? nlohmann::json(nullptr) : nlohmann::json(t.pad_token)}};
+  }
   // Only a run that evaluates records its evaluation settings, so the configuration of every
   // other run (log headers, checkpoints, the golden fixtures) reads as it always has.
   if (config.evaluation.evaluates()) {

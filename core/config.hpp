@@ -16,6 +16,26 @@ namespace tandem {
 inline constexpr std::int64_t kByteVocabularySize = 258;
 inline constexpr std::int32_t kEodToken = 256;
 inline constexpr std::int32_t kPadToken = 257;
+// A tokenizer without a padding token: Megatron's GPTDataset then pads with -1 (its
+// _PAD_TOKEN_ID) and maps it to 0 before the embedding; so does build_sample.
+inline constexpr std::int32_t kNoPadToken = -1;
+
+// Megatron's --tokenizer-type values tandem reads (docs/DATA.md section 13), and tandem's own
+// byte tokenizer, the default when none is named.
+enum class TokenizerType { bytes, gpt2_bpe, huggingface, sentencepiece, llama2, null_tokenizer };
+
+// Which tokenizer the data was built with, and the special ids taken from it (SPEC 13: "Special
+// token ids come from the tokenizer"). Resolved once by build_run_config, which reads the files;
+// the vocabulary size lands in ModelConfig::vocab_size.
+struct TokenizerConfig {
+  TokenizerType type = TokenizerType::bytes;
+  std::string vocab_file;        // --vocab-file: GPT2BPETokenizer's vocab.json
+  std::string merge_file;        // --merge-file: GPT2BPETokenizer's merges.txt (required, unread)
+  std::string tokenizer_model;   // --tokenizer-model: HuggingFaceTokenizer's directory
+  std::int32_t eod_token = kEodToken;  // end of document: the masks' and positions' boundary
+  std::int32_t pad_token = kPadToken;  // padding; kNoPadToken when the tokenizer has none
+  bool named() const { return type != TokenizerType::bytes; }
+};
 
 struct ModelConfig {
   std::int64_t num_layers = 2;          // decoder blocks L; >= 1, divisible by PP
@@ -182,6 +202,7 @@ struct RunConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   DataConfig data;
+  TokenizerConfig tokenizer;
   CheckpointConfig checkpoint;
   EvaluationConfig evaluation;
   TokenRounding token_rounding;
@@ -202,6 +223,7 @@ std::string to_string(WeightDecayIncrStyle style);
 std::string to_string(LossNormalization normalization);
 std::string to_string(DataOrder order);
 std::string to_string(Packing packing);
+std::string to_string(TokenizerType type);  // Megatron's spelling; "bytes" for tandem's own
 
 // The whole configuration as JSON (for log headers, checkpoints and `plan --json`).
 void to_json(nlohmann::json& out, const RunConfig& config);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/data/tokenizer.hpp"
 #include "core/args.hpp"
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/save_lock.hpp"
@@ -304,7 +305,9 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
         << trainer.replicas().description() << "; "
         << (trainer.distributed_optimizer() ? "distributed" : "replicated") << " optimizer)";
   }
-  out << "\ndata: " << source->summary() << "\n" << evaluation_summary(config);
+  out << "\ndata: " << source->summary() << "\n"
+      << "tokenizer: " << data::tokenizer_summary(config.tokenizer, config.model.vocab_size) << "\n"
+      << evaluation_summary(config);
 
   IterationDriver driver;
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };

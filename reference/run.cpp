@@ -14,6 +14,7 @@
 #include <boost/multiprecision/cpp_bin_float.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/data/tokenizer.hpp"
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/data/packing.hpp"
 #include "core/data/training_data.hpp"
@@ -98,7 +99,9 @@ RunSummary train_loop(const RunConfig& config, const TrainOptions& options, std:
       << trainer.layout().total_elements << " parameters, " << total_iterations
       << " iterations of " << config.batch.global_batch_size << " samples x "
       << config.model.seq_length << " tokens\n"
-      << "data: " << data->summary() << "\n" << evaluation_summary(config);
+      << "data: " << data->summary() << "\n"
+      << "tokenizer: " << data::tokenizer_summary(config.tokenizer, config.model.vocab_size) << "\n"
+      << evaluation_summary(config);
 
   IterationDriver driver;
   driver.run_iteration = [&trainer] { return trainer.run_iteration(); };

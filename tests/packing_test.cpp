@@ -215,10 +215,28 @@ TEST(ConcatPacking, SplitReadsOnlyItsSequences) {
   EXPECT_THROW(SampleSource(dataset.get(), config), DatasetError);  // an empty split
 }
 
-TEST(ConcatPacking, TokensOutsideTheVocabularyAreRefused) {
+TEST(ConcatPacking, TokensOutsideTheVocabularyAreRefusedWhenTheSourceIsBuilt) {
+  TempDataset dataset({{1, 2}, {3, P}});  // sequences [1 2 E] and [3 257 E]
+  auto config = source_config(2, Packing::concat, DataOrder::sequential);
+  config.vocab_size = P;  // 257 ids: 257 lies outside
+  try {
+    const SampleSource source(dataset.get(), config);
+    ADD_FAILURE() << "token 257 accepted with a vocabulary of 257";
+  } catch (const DatasetError& error) {
+    // docs/DATA.md section 13: named by its sequence, before any sample is read.
+    EXPECT_NE(std::string(error.what()).find("sequence 1 holds token 257"), std::string::npos) << error.what();
+  }
+  config.precheck_tokens = 4;  // 1 2 E 3: short of 257, the fifth token
+  EXPECT_NO_THROW(SampleSource(dataset.get(), config));
+  config.precheck_tokens = 5;
+  EXPECT_THROW(SampleSource(dataset.get(), config), DatasetError);
+}
+
+TEST(ConcatPacking, TokensOutsideTheVocabularyAreRefusedInEveryWindow) {
   TempDataset dataset({{1, 200}});
   auto config = source_config(2, Packing::concat, DataOrder::sequential);
   config.vocab_size = 100;
+  config.precheck_tokens = 0;  // past the tokens checked when the source is built
   const SampleSource source(dataset.get(), config);
   try {
     source.sample(0);

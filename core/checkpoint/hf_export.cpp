@@ -25,6 +25,12 @@ const json& model_field(const json& run_config, std::string_view name) {
   return run_config.at(pointer);
 }
 
+// The run's tokenizer id `name` ("eod", "pad"); null when it has none (a tokenizer without PAD).
+json tokenizer_id(const json& run_config, const char* name, std::int32_t byte_tokenizer_id) {
+  if (!run_config.contains("tokenizer")) return byte_tokenizer_id;
+  return run_config.at("tokenizer").value(name, json());
+}
+
 std::int64_t model_integer(const json& run_config, std::string_view name) {
   const json& value = model_field(run_config, name);
   if (!value.is_number_integer() || value.get<std::int64_t>() <= 0) {
@@ -82,10 +88,11 @@ json llama_config(const json& run_config, std::string_view torch_dtype) {
       {"pretraining_tp", 1},
       {"use_cache", true},
       {"torch_dtype", torch_dtype},
-      // The byte tokenizer has no BOS; a document starts after an EOD, so EOD serves as both.
-      {"bos_token_id", kEodToken},
-      {"eos_token_id", kEodToken},
-      {"pad_token_id", kPadToken},
+      // A document starts after an EOD, so EOD serves as BOS too (the byte tokenizer has no
+      // BOS). The ids are the run's tokenizer's (SPEC 13; absent: the byte tokenizer's).
+      {"bos_token_id", tokenizer_id(run_config, "eod", kEodToken)},
+      {"eos_token_id", tokenizer_id(run_config, "eod", kEodToken)},
+      {"pad_token_id", tokenizer_id(run_config, "pad", kPadToken)},
   };
 }
 

@@ -2,6 +2,8 @@
 #include "core/checkpoint/resume_check.hpp"
 
 #include <array>
+#include <optional>
+#include <utility>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -129,6 +131,38 @@ ConfigIssue padded_vocabulary_issue(const nlohmann::json& saved, const RunConfig
   return {"--make-vocab-size-divisible-by", std::to_string(resumed.model.make_vocab_size_divisible_by), rule, fix};
 }
 
+// SPEC 13: the checkpoint learned with its tokenizer's EOD and PAD (masks, positions, loss
+// tokens); a resume with other ids would train on other documents. A checkpoint without
+// "tokenizer" (written before it was recorded, or by a byte-tokenizer run) used EOD 256, PAD 257.
+std::optional<ConfigIssue> tokenizer_issue(const nlohmann::json& saved, const RunConfig& resumed) {
+  const nlohmann::json* recorded = saved.is_object() && saved.contains("tokenizer") ? &saved.at("tokenizer") : nullptr;
+  const std::string saved_type = recorded != nullptr ? recorded->value("type", std::string("?")) : "bytes";
+  const nlohmann::json saved_eod = recorded != nullptr ? recorded->value("eod", nlohmann::json()) : nlohmann::json(kEodToken);
+  const nlohmann::json saved_pad = recorded != nullptr ? recorded->value("pad", nlohmann::json()) : nlohmann::json(kPadToken);
+  const auto& now = resumed.tokenizer;
+  const nlohmann::json now_pad = now.pad_token == kNoPadToken ? nlohmann::json() : nlohmann::json(now.pad_token);
+  if (saved_eod == nlohmann::json(now.eod_token) && saved_pad == now_pad) return std::nullopt;
+  const auto pad_text = [](const nlohmann::json& pad) { return pad.is_null() ? std::string("none") : pad.dump(); };
+  std::string fix = "resume with the checkpoint's tokenizer";
+  if (recorded != nullptr) {
+    fix += " (--tokenizer-type " + saved_type;
+    for (const auto& [key, option] : {std::pair{"vocab_file", " --vocab-file "}, std::pair{"merge_file", " --merge-file "},
+                                      std::pair{"tokenizer_model", " --tokenizer-model "}}) {
+      const std::string value = recorded->value(key, std::string());
+      if (!value.empty()) fix += option + value;
+    }
+    fix += ")";
+  } else {
+    fix += " (tandem's byte tokenizer: no --tokenizer-type)";
+  }
+  fix += ", or start a fresh run without --load";
+  return ConfigIssue{"--tokenizer-type", resumed.tokenizer.named() ? to_string(now.type) : "not given (bytes)",
+                     "gives EOD " + std::to_string(now.eod_token) + ", PAD " + pad_text(now_pad) +
+                         ", but the checkpoint being resumed trained with " + saved_type + "'s EOD " + saved_eod.dump() +
+                         ", PAD " + pad_text(saved_pad) + "; its documents, masks and loss tokens would change (SPEC 13)",
+                     fix};
+}
+
 }  // namespace
 
 std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run_config,
@@ -157,6 +191,7 @@ std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run
                         "without --load"});
     }
   }
+  if (auto issue = tokenizer_issue(saved_run_config, resumed)) issues.push_back(std::move(*issue));
   if (!issues.empty()) throw ConfigError(std::move(issues));
   return allowed;
 }

@@ -81,6 +81,13 @@ Sample build_sample(std::int64_t global_index, std::span<const std::int32_t> win
     sample.loss_tokens += sample.loss_mask[t];
     ++position;
   }
+  // A tokenizer without PAD pads with kNoPadToken (-1), which has no embedding row: as
+  // Megatron's GPTDataset, the masks are taken first, then padding reads as token 0.
+  if (rules.pad_token < 0) {
+    for (auto* ids : {&sample.tokens, &sample.labels}) {
+      for (std::int32_t& id : *ids) id = id == rules.pad_token ? 0 : id;
+    }
+  }
   return sample;
 }
 
@@ -89,6 +96,8 @@ SampleSourceConfig sample_source_config(const RunConfig& run) {
   config.data = run.data;
   config.seq_length = run.model.seq_length;
   config.vocab_size = run.model.vocab_size;
+  config.eod_token = run.tokenizer.eod_token;  // SPEC 13: from the tokenizer the data was built with
+  config.pad_token = run.tokenizer.pad_token;
   if (run.data.data_order == DataOrder::megatron) {
     config.megatron_num_samples = megatron_num_samples(run, DatasetSplit::train);
   }
@@ -120,6 +129,7 @@ SampleSource::SampleSource(std::shared_ptr<const IndexedDataset> dataset, Sample
                        ") has no tokens; expected at least 1; fix: use a larger dataset or give "
                        "this split a larger weight");
   }
+  precheck_tokens();
   if (config_.data.data_order == DataOrder::megatron) {
     if (config_.data.packing != Packing::concat) {
       throw std::invalid_argument("--data-order megatron needs --packing concat (Megatron's GPTDataset)");
@@ -226,12 +236,36 @@ void SampleSource::check_tokens(std::span<const std::int32_t> tokens,
                                 std::int64_t global_index) const {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
-      throw DatasetError(dataset_->prefix() + ": sample " + std::to_string(global_index) +
-                         " holds token " + std::to_string(tokens[i]) + "; expected in [0, " +
-                         std::to_string(config_.vocab_size) +
-                         ") (--vocab-size); fix: give the tokenizer's --vocab-size or rebuild the "
-                         "dataset with the matching tokenizer");
+      throw DatasetError(out_of_vocabulary(tokens[i], "sample " + std::to_string(global_index)));
     }
+  }
+}
+
+std::string SampleSource::out_of_vocabulary(std::int32_t token, const std::string& where) const {
+  return dataset_->prefix() + ": " + where + " holds token " + std::to_string(token) + "; expected in [0, " +
+         std::to_string(config_.vocab_size) +
+         ") (the tokenizer's vocabulary); fix: name the tokenizer the dataset was built with "
+         "(--tokenizer-type, docs/DATA.md section 13; without it the data must be the byte tokenizer's, "
+         "258 ids) or rebuild the dataset with the matching tokenizer";
+}
+
+// Before training, the split's first sequences (up to config_.precheck_tokens tokens) are held to
+// the vocabulary: data of another tokenizer than the run's is refused at once (every document of
+// a Megatron dataset ends with its tokenizer's EOD), not at the first window that meets it.
+void SampleSource::precheck_tokens() const {
+  const std::int64_t kPrecheckTokens = config_.precheck_tokens;
+  std::int64_t checked = 0;
+  std::vector<std::int32_t> tokens;
+  for (std::int64_t sequence = range_.begin; sequence < range_.end && checked < kPrecheckTokens; ++sequence) {
+    tokens.resize(static_cast<std::size_t>(
+        std::min<std::int64_t>(dataset_->sequence_length(sequence), kPrecheckTokens - checked)));
+    dataset_->read_tokens(sequence, 0, tokens);
+    for (const std::int32_t token : tokens) {
+      if (token < 0 || token >= config_.vocab_size) {
+        throw DatasetError(out_of_vocabulary(token, "sequence " + std::to_string(sequence)));
+      }
+    }
+    checked += static_cast<std::int64_t>(tokens.size());
   }
 }
 

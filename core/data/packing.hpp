@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/config.hpp"
@@ -24,8 +25,8 @@ struct MaskRules {
   bool reset_position_ids = true;    // positions restart at 0 after each EOD
   bool reset_attention_mask = true;  // attention stays inside each document
   bool eod_mask_loss = true;         // loss mask 0 where the input token is EOD
-  std::int32_t eod_token = kEodToken;
-  std::int32_t pad_token = kPadToken;
+  std::int32_t eod_token = kEodToken;  // the tokenizer's (SPEC 13)
+  std::int32_t pad_token = kPadToken;  // the tokenizer's; kNoPadToken (-1): padding reads as 0
 };
 MaskRules mask_rules(const DataConfig& data);
 
@@ -40,15 +41,18 @@ struct SampleSourceConfig {
   std::int64_t seq_length = 32;                   // L: input positions per sample
   std::int64_t vocab_size = kByteVocabularySize;  // every token read must lie in [0, vocab)
   DatasetSplit split = DatasetSplit::train;       // which --split range to read
-  std::int32_t eod_token = kEodToken;             // the tokenizer's EOD (SPEC 12: 256)
-  std::int32_t pad_token = kPadToken;             // the tokenizer's PAD (SPEC 12: 257)
+  std::int32_t eod_token = kEodToken;             // the tokenizer's EOD (byte tokenizer: 256)
+  std::int32_t pad_token = kPadToken;             // the tokenizer's PAD (257); kNoPadToken: none
+  // Tokens of the split, from its first sequence, held to [0, vocab) when the source is built,
+  // so data of another tokenizer stops a run before training; every window is checked again.
+  std::int64_t precheck_tokens = std::int64_t{1} << 20;
   // --data-order megatron only: Megatron's num_samples for this split's GPTDataset (the train
   // split: --train-samples; valid: the evaluation's samples; megatron_num_samples()). -1 = unset,
   // an error under that order.
   std::int64_t megatron_num_samples = -1;
 };
-// From a run's configuration: its data section, seq_length and vocab_size, the byte tokenizer's
-// EOD and PAD, the train split.
+// From a run's configuration: its data section, seq_length and vocab_size, its tokenizer's EOD
+// and PAD (RunConfig::tokenizer), the train split.
 SampleSourceConfig sample_source_config(const RunConfig& run);
 
 // Megatron's num_samples for the GPTDataset of `split` (megatron-core's builder, sizes from
@@ -109,6 +113,8 @@ class SampleSource {
   void read_unit_window(std::int64_t global_index, std::span<std::int32_t> out) const;
   void read_megatron_window(std::int64_t global_index, std::span<std::int32_t> out) const;
   void check_tokens(std::span<const std::int32_t> window, std::int64_t global_index) const;
+  void precheck_tokens() const;  // the split's first tokens against the vocabulary, at construction
+  std::string out_of_vocabulary(std::int32_t token, const std::string& where) const;
 
   std::shared_ptr<const IndexedDataset> dataset_;
   SampleSourceConfig config_;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/args.hpp"
 #include "core/data/jsonl_builder.hpp"
 
 namespace tandem::data {
@@ -88,6 +89,17 @@ std::shared_ptr<const TrainingSamples> open_training_samples(const RunConfig& ru
 std::shared_ptr<const TrainingSamples> open_training_samples_at(
     const std::vector<DataPathEntry>& data_path, const RunConfig& run, DatasetSplit split) {
   if (data_path.empty()) throw std::invalid_argument("open_training_samples_at: no dataset");
+  // SPEC 13: without --tokenizer-type the data is the byte tokenizer's; a vocabulary other than
+  // its 258 ids says it is not, and its EOD would be guessed wrong: refused, not guessed.
+  if (!run.tokenizer.named() && run.model.vocab_size != kByteVocabularySize) {
+    throw ConfigError({ConfigIssue{
+        "--vocab-size", std::to_string(run.model.vocab_size),
+        "says the data is not the byte tokenizer's (258 ids, EOD 256, PAD 257), the one a run without "
+        "--tokenizer-type reads; its EOD would be guessed wrong",
+        "name the tokenizer the data was built with: --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json "
+        "--merge-file merges.txt, HuggingFaceTokenizer --tokenizer-model DIR, or NullTokenizer --vocab-size N "
+        "(EOD = N - 1; --null-tokenizer-eod-id and --null-tokenizer-pad-id give others)"}});
+  }
   SampleSourceConfig source_config = sample_source_config(run);
   source_config.split = split;
   const bool megatron_order = run.data.data_order == DataOrder::megatron;
