@@ -111,10 +111,6 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
        {{"tensor_parallel", p.tensor_parallel}, {"pipeline_parallel", p.pipeline_parallel},
         {"context_parallel", p.context_parallel}, {"data_parallel", p.data_parallel},
         {"world_size", p.world_size}, {"virtual_pipeline_stages", p.virtual_pipeline_stages},
-        {"first_pipeline_stage_layers", p.first_pipeline_stage_layers},
-        {"last_pipeline_stage_layers", p.last_pipeline_stage_layers},
-        {"account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split},
-        {"account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split},
         {"sequence_parallel", p.sequence_parallel},
         {"use_distributed_optimizer", p.use_distributed_optimizer},
         {"overlap_grad_reduce", p.overlap_grad_reduce},
@@ -143,6 +139,12 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
        {{"save", c.save}, {"load", c.load}, {"save_interval", c.save_interval},
         {"override_opt_param_scheduler", c.override_opt_param_scheduler}}},
   };
+  // Megatron's uneven pipeline split, only when asked for (every other configuration reads as it
+  // always has: log headers, checkpoints, the golden fixtures).
+  if (p.first_pipeline_stage_layers > 0) out["parallel"]["first_pipeline_stage_layers"] = p.first_pipeline_stage_layers;
+  if (p.last_pipeline_stage_layers > 0) out["parallel"]["last_pipeline_stage_layers"] = p.last_pipeline_stage_layers;
+  if (p.account_for_embedding_in_pipeline_split) out["parallel"]["account_for_embedding_in_pipeline_split"] = true;
+  if (p.account_for_loss_in_pipeline_split) out["parallel"]["account_for_loss_in_pipeline_split"] = true;
   // Only a run that evaluates records its evaluation settings, so the configuration of every
   // other run (log headers, checkpoints, the golden fixtures) reads as it always has.
   if (config.evaluation.evaluates()) {
