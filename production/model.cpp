@@ -21,7 +21,6 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
     : config_(config),
       pipeline_(options.pipeline),
       stage_(options.pipeline_stage),
-      pipeline_group_(options.pipeline_group),
       tp_(options.tensor_parallel_comm),
       sequence_parallel_(options.sequence_parallel && options.tensor_parallel_comm != nullptr &&
                          options.tensor_parallel_comm->size() > 1),
@@ -36,10 +35,10 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
   const std::int64_t hd = config.head_dim();
   const TensorParallelLayout* split = options.tensor_parallel;
   require((split == nullptr) == (tp_ == nullptr), "a tensor-parallel layout needs its exchanges, and back");
-  require((pipeline_ == nullptr) == (pipeline_group_ == nullptr), "pipeline stages need their group, and back");
-  require(pipeline_ == nullptr || (pipeline_group_->size() == pipeline_->pipeline_size() &&
-                                   pipeline_group_->rank() == stage_ && pipeline_->split().num_layers == config.num_layers),
-          "the pipeline group is not the stages' (size, rank or layers)");
+  require(pipeline_ == nullptr || (stage_ >= 0 && stage_ < pipeline_->pipeline_size() &&
+                                   pipeline_->split().num_layers == config.num_layers),
+          "the pipeline stage is not one of the stages' (stage or layers)");
+  require(options.activation_slots >= 1, "at least one activation slot");
   heads_ = split ? split->heads() : config.num_attention_heads;
   groups_ = split ? split->groups() : config.num_query_groups;
   ffn_ = split ? split->ffn() : config.ffn_hidden_size;
@@ -71,31 +70,34 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
     allocated_bytes_ += size * static_cast<std::int64_t>(sizeof(T));
     return Buffer<T>(backend, size);
   };
-  tokens_ = buffer(rows_, std::int32_t{});
-  labels_ = buffer(rows_, std::int32_t{});
-  loss_mask_ = buffer(rows_, std::uint8_t{});
-  positions_ = buffer(rows_, std::int32_t{});
-  attention_start_ = buffer(rows_, std::int32_t{});
-  rope_cosines_ = buffer(rows_ * half, float{});
-  rope_sines_ = buffer(rows_ * half, float{});
-  blocks_.resize(static_cast<std::size_t>(config.num_layers));
-  for (std::int64_t chunk = 0; chunk < chunks(); ++chunk) {
-    for (std::int64_t layer = chunk_layers(chunk).begin; layer < chunk_layers(chunk).end; ++layer) {
-      BlockActivations& block = blocks_[static_cast<std::size_t>(layer)];
-      block.block_input = compute_buffer(stream * d);
-      block.attn_inverse_rms = buffer(stream, float{});
-      block.attn_normed = compute_buffer(stream * d);
-      block.query = compute_buffer(rows_ * query_width);
-      block.key = compute_buffer(rows_ * kv_width);
-      block.value = compute_buffer(rows_ * kv_width);
-      block.context = compute_buffer(rows_ * query_width);
-      block.logsumexp = buffer(rows_ * heads, float{});
-      block.mid = compute_buffer(stream * d);
-      block.mlp_inverse_rms = buffer(stream, float{});
-      block.mlp_normed = compute_buffer(stream * d);
-      block.gate = compute_buffer(rows_ * ffn);
-      block.up = compute_buffer(rows_ * ffn);
-      block.hidden = compute_buffer(rows_ * ffn);
+  slots_.resize(static_cast<std::size_t>(options.activation_slots));
+  for (ActivationSlot& slot : slots_) {
+    slot.tokens = buffer(rows_, std::int32_t{});
+    slot.labels = buffer(rows_, std::int32_t{});
+    slot.loss_mask = buffer(rows_, std::uint8_t{});
+    slot.positions = buffer(rows_, std::int32_t{});
+    slot.attention_start = buffer(rows_, std::int32_t{});
+    slot.rope_cosines = buffer(rows_ * half, float{});
+    slot.rope_sines = buffer(rows_ * half, float{});
+    slot.blocks.resize(static_cast<std::size_t>(config.num_layers));
+    for (std::int64_t chunk = 0; chunk < chunks(); ++chunk) {
+      for (std::int64_t layer = chunk_layers(chunk).begin; layer < chunk_layers(chunk).end; ++layer) {
+        BlockActivations& block = slot.blocks[static_cast<std::size_t>(layer)];
+        block.block_input = compute_buffer(stream * d);
+        block.attn_inverse_rms = buffer(stream, float{});
+        block.attn_normed = compute_buffer(stream * d);
+        block.query = compute_buffer(rows_ * query_width);
+        block.key = compute_buffer(rows_ * kv_width);
+        block.value = compute_buffer(rows_ * kv_width);
+        block.context = compute_buffer(rows_ * query_width);
+        block.logsumexp = buffer(rows_ * heads, float{});
+        block.mid = compute_buffer(stream * d);
+        block.mlp_inverse_rms = buffer(stream, float{});
+        block.mlp_normed = compute_buffer(stream * d);
+        block.gate = compute_buffer(rows_ * ffn);
+        block.up = compute_buffer(rows_ * ffn);
+        block.hidden = compute_buffer(rows_ * ffn);
+      }
     }
   }
   stream_ = compute_buffer(stream * d);
@@ -129,9 +131,10 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
 }
 
 std::int64_t DecoderModel::activation_bytes_per_layer() const {
-  const auto held = std::find_if(blocks_.begin(), blocks_.end(),
+  const std::vector<BlockActivations>& blocks = slots_.front().blocks;
+  const auto held = std::find_if(blocks.begin(), blocks.end(),
                                  [](const BlockActivations& block) { return block.block_input.size() > 0; });
-  if (held == blocks_.end()) return 0;
+  if (held == blocks.end()) return 0;
   const BlockActivations& block = *held;
   std::int64_t bytes = 0;
   for (const ComputeBuffer* buffer : {&block.block_input, &block.attn_normed, &block.query, &block.key, &block.value,
@@ -151,7 +154,18 @@ const void* DecoderModel::weight_at(const void* weights, std::int64_t tensor_ind
          layout_.tensor(tensor_index).offset * dtype_bytes(compute_);
 }
 
-void DecoderModel::upload_inputs(const std::vector<Sample>& samples) {
+std::int64_t DecoderModel::stream_bytes() const {
+  return stream_rows_ * config_.hidden_size * dtype_bytes(compute_);
+}
+
+void DecoderModel::use_slot(std::int64_t slot) {
+  require(slot >= 0 && slot < activation_slots(),
+          "activation slot " + std::to_string(slot) + " of " + std::to_string(activation_slots()));
+  slot_ = slot;
+}
+
+void DecoderModel::begin_microbatch(const std::vector<Sample>& samples, std::int64_t slot) {
+  use_slot(slot);
   require(static_cast<std::int64_t>(samples.size()) == micro_batch_size_,
           std::to_string(samples.size()) + " samples for a microbatch of " +
               std::to_string(micro_batch_size_) + " (--micro-batch-size)");
@@ -165,11 +179,14 @@ void DecoderModel::upload_inputs(const std::vector<Sample>& samples) {
     positions.insert(positions.end(), sample.positions.begin(), sample.positions.end());
     starts.insert(starts.end(), sample.attention_start.begin(), sample.attention_start.end());
   }
-  tokens_.upload(tokens);
-  labels_.upload(labels);
-  loss_mask_.upload(loss_mask);
-  positions_.upload(positions);
-  attention_start_.upload(starts);
+  ActivationSlot& inputs = current();
+  inputs.tokens.upload(tokens);
+  inputs.labels.upload(labels);
+  inputs.loss_mask.upload(loss_mask);
+  inputs.positions.upload(positions);
+  inputs.attention_start.upload(starts);
+  backend_.rope_table(RopeTableParams{inputs.positions.data(), inputs.rope_cosines.data(), inputs.rope_sines.data(),
+                                      rows_, config_.head_dim(), config_.rotary_base});
 }
 
 void DecoderModel::linear_forward(const void* weights, const Linear& linear, const void* input,
@@ -265,12 +282,12 @@ void DecoderModel::embed(const void* weights) {
   const std::int64_t d = config_.hidden_size;
   const void* table = weight_at(weights, layout_.embedding);
   if (!tensor_parallel()) {
-    backend_.embedding_forward(EmbeddingForwardParams{tokens_.data(), table, stream_.data(), rows_, d, compute_});
+    backend_.embedding_forward(EmbeddingForwardParams{current().tokens.data(), table, stream_.data(), rows_, d, compute_});
     return;
   }
   // This rank's vocabulary rows (zeros for the others' tokens); the sum over TP is exact (one
   // term per position is not zero).
-  EmbeddingForwardParams lookup{tokens_.data(), table, embedded_.data(), rows_, d, compute_};
+  EmbeddingForwardParams lookup{current().tokens.data(), table, embedded_.data(), rows_, d, compute_};
   lookup.vocab_begin = vocab_begin_;
   lookup.vocab_rows = vocab_;
   backend_.embedding_forward(lookup);
@@ -278,7 +295,8 @@ void DecoderModel::embed(const void* weights) {
   reduce_partial_into(stream_.data());
 }
 
-void DecoderModel::forward(const void* weights) {
+void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk) {
+  use_slot(slot);
   const std::int64_t d = config_.hidden_size;
   const std::int64_t hd = config_.head_dim();
   const std::int64_t heads = heads_;
@@ -289,68 +307,59 @@ void DecoderModel::forward(const void* weights) {
   const std::int64_t stream = stream_rows_;
   const AttentionShape attention{micro_batch_size_, seq_, heads, groups, hd};
 
-  backend_.rope_table(RopeTableParams{positions_.data(), rope_cosines_.data(), rope_sines_.data(),
-                                      rows_, hd, config_.rotary_base});
-  for (std::int64_t chunk = 0; chunk < chunks(); ++chunk) {
-    if (starts_model(chunk)) {
-      before_weights(embedding_span());
-      embed(weights);
-    } else {
-      receive_from_previous_stage(stream_.data());
-    }
-    for (auto layer = static_cast<std::size_t>(chunk_layers(chunk).begin);
-         layer < static_cast<std::size_t>(chunk_layers(chunk).end); ++layer) {
-      const LayerTensorIndices& index = layout_.layers[layer];
-      BlockActivations& block = blocks_[layer];
-      before_weights(layer_span(layer));
-      backend_.copy(block.block_input.data(), stream_.data(), stream * d * dtype_bytes(compute_));
-
-      // RMSNorm -> attention -> residual add.
-      backend_.rmsnorm_forward(RmsnormForwardParams{block.block_input.data(), weight_at(weights, index.input_norm),
-                                                    block.attn_normed.data(), block.attn_inverse_rms.data(),
-                                                    stream, d, epsilon_, compute_});
-      const void* attention_input = whole_rows(block.attn_normed.data());  // [rows, d]
-      linear_forward(weights, Linear{index.q_weight, index.q_bias, d, query_width}, attention_input, block.query.data());
-      linear_forward(weights, Linear{index.k_weight, index.k_bias, d, kv_width}, attention_input, block.key.data());
-      linear_forward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, attention_input, block.value.data());
-      backend_.rope_forward(RopeParams{block.query.data(), rope_cosines_.data(), rope_sines_.data(), rows_, heads, hd, compute_});
-      backend_.rope_forward(RopeParams{block.key.data(), rope_cosines_.data(), rope_sines_.data(), rows_, groups, hd, compute_});
-      AttentionForwardParams attend;
-      attend.query = block.query.data();
-      attend.key = block.key.data();
-      attend.value = block.value.data();
-      attend.attention_start = attention_start_.data();
-      attend.context = block.context.data();
-      attend.logsumexp = block.logsumexp.data();
-      attend.shape = attention;
-      attend.scale = attention_scale_;
-      attend.dtype = compute_;
-      backend_.attention_forward(attend);
-      row_parallel_forward(weights, Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), branch_.data());
-      backend_.add(AddParams{block.block_input.data(), branch_.data(), block.mid.data(), stream * d, compute_});
-
-      // RMSNorm -> SwiGLU MLP -> residual add.
-      backend_.rmsnorm_forward(RmsnormForwardParams{block.mid.data(), weight_at(weights, index.post_norm),
-                                                    block.mlp_normed.data(), block.mlp_inverse_rms.data(),
-                                                    stream, d, epsilon_, compute_});
-      const void* mlp_input = whole_rows(block.mlp_normed.data());  // [rows, d]
-      linear_forward(weights, Linear{index.gate_weight, index.gate_bias, d, ffn}, mlp_input, block.gate.data());
-      linear_forward(weights, Linear{index.up_weight, index.up_bias, d, ffn}, mlp_input, block.up.data());
-      backend_.swiglu_forward(SwigluForwardParams{block.gate.data(), block.up.data(), block.hidden.data(), rows_ * ffn, compute_});
-      row_parallel_forward(weights, Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), branch_.data());
-      backend_.add(AddParams{block.mid.data(), branch_.data(), stream_.data(), stream * d, compute_});
-    }
-    if (!ends_model(chunk)) {
-      send_to_next_stage(stream_.data());
-      continue;
-    }
-    // The last stage of tied embeddings reads its copy of the embedding as the output layer.
-    if (!starts_model(0)) before_weights(embedding_span());
-    before_weights(tail_span());
-    backend_.rmsnorm_forward(RmsnormForwardParams{stream_.data(), weight_at(weights, layout_.final_norm),
-                                                   final_normed_.data(), final_inverse_rms_.data(), stream,
-                                                   d, epsilon_, compute_});
+  if (starts_model(chunk)) {
+    before_weights(embedding_span());
+    embed(weights);
   }
+  for (auto layer = static_cast<std::size_t>(chunk_layers(chunk).begin);
+       layer < static_cast<std::size_t>(chunk_layers(chunk).end); ++layer) {
+    const LayerTensorIndices& index = layout_.layers[layer];
+    BlockActivations& block = current().blocks[layer];
+    before_weights(layer_span(layer));
+    backend_.copy(block.block_input.data(), stream_.data(), stream * d * dtype_bytes(compute_));
+
+    // RMSNorm -> attention -> residual add.
+    backend_.rmsnorm_forward(RmsnormForwardParams{block.block_input.data(), weight_at(weights, index.input_norm),
+                                                  block.attn_normed.data(), block.attn_inverse_rms.data(),
+                                                  stream, d, epsilon_, compute_});
+    const void* attention_input = whole_rows(block.attn_normed.data());  // [rows, d]
+    linear_forward(weights, Linear{index.q_weight, index.q_bias, d, query_width}, attention_input, block.query.data());
+    linear_forward(weights, Linear{index.k_weight, index.k_bias, d, kv_width}, attention_input, block.key.data());
+    linear_forward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, attention_input, block.value.data());
+    backend_.rope_forward(RopeParams{block.query.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, heads, hd, compute_});
+    backend_.rope_forward(RopeParams{block.key.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, groups, hd, compute_});
+    AttentionForwardParams attend;
+    attend.query = block.query.data();
+    attend.key = block.key.data();
+    attend.value = block.value.data();
+    attend.attention_start = current().attention_start.data();
+    attend.context = block.context.data();
+    attend.logsumexp = block.logsumexp.data();
+    attend.shape = attention;
+    attend.scale = attention_scale_;
+    attend.dtype = compute_;
+    backend_.attention_forward(attend);
+    row_parallel_forward(weights, Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), branch_.data());
+    backend_.add(AddParams{block.block_input.data(), branch_.data(), block.mid.data(), stream * d, compute_});
+
+    // RMSNorm -> SwiGLU MLP -> residual add.
+    backend_.rmsnorm_forward(RmsnormForwardParams{block.mid.data(), weight_at(weights, index.post_norm),
+                                                  block.mlp_normed.data(), block.mlp_inverse_rms.data(),
+                                                  stream, d, epsilon_, compute_});
+    const void* mlp_input = whole_rows(block.mlp_normed.data());  // [rows, d]
+    linear_forward(weights, Linear{index.gate_weight, index.gate_bias, d, ffn}, mlp_input, block.gate.data());
+    linear_forward(weights, Linear{index.up_weight, index.up_bias, d, ffn}, mlp_input, block.up.data());
+    backend_.swiglu_forward(SwigluForwardParams{block.gate.data(), block.up.data(), block.hidden.data(), rows_ * ffn, compute_});
+    row_parallel_forward(weights, Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), branch_.data());
+    backend_.add(AddParams{block.mid.data(), branch_.data(), stream_.data(), stream * d, compute_});
+  }
+  if (!ends_model(chunk)) return;
+  // The last stage of tied embeddings reads its copy of the embedding as the output layer.
+  if (!starts_model(0)) before_weights(embedding_span());
+  before_weights(tail_span());
+  backend_.rmsnorm_forward(RmsnormForwardParams{stream_.data(), weight_at(weights, layout_.final_norm),
+                                                 final_normed_.data(), final_inverse_rms_.data(), stream,
+                                                 d, epsilon_, compute_});
 }
 
 const void* DecoderModel::output_projection_input() { return whole_rows(final_normed_.data()); }
@@ -360,8 +369,8 @@ void DecoderModel::chunk_cross_entropy(std::int64_t first, std::int64_t chunk, f
   if (!tensor_parallel()) {
     CrossEntropyParams loss;
     loss.logits = logits_.data();
-    loss.labels = labels_.at(first);
-    loss.loss_mask = loss_mask_.at(first);
+    loss.labels = current().labels.at(first);
+    loss.loss_mask = current().loss_mask.at(first);
     loss.row_losses = row_losses + first;
     loss.logits_grad = logits_grad;
     loss.rows = chunk;
@@ -375,8 +384,8 @@ void DecoderModel::chunk_cross_entropy(std::int64_t first, std::int64_t chunk, f
   // logits, all-gathered over TP; the full logits never exist (cross_entropy.hpp).
   VocabParallelCrossEntropyParams loss;
   loss.logits = logits_.data();
-  loss.labels = labels_.at(first);
-  loss.loss_mask = loss_mask_.at(first);
+  loss.labels = current().labels.at(first);
+  loss.loss_mask = current().loss_mask.at(first);
   loss.rows = chunk;
   loss.vocab = vocab_;
   loss.vocab_begin = vocab_begin_;
@@ -461,7 +470,14 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
   if (tp && !loss_only) reduce_partial_into(normed_grad_.data());
 }
 
-void DecoderModel::backward(const void* weights, float* main_grads) {
+void DecoderModel::chunk_loss(const void* weights, std::int64_t slot, float* row_losses) {
+  use_slot(slot);
+  loss_and_output_backward(weights, 0.0f, nullptr, row_losses);
+}
+
+void DecoderModel::backward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk, float loss_scale,
+                                  float* main_grads, float* row_losses) {
+  use_slot(slot);
   const std::int64_t d = config_.hidden_size;
   const std::int64_t hd = config_.head_dim();
   const std::int64_t heads = heads_;
@@ -523,68 +539,62 @@ void DecoderModel::backward(const void* weights, float* main_grads) {
     if (tp) reduce_partial_into(normed_grad_.data());
   };
 
-  for (std::int64_t chunk = chunks(); chunk-- > 0;) {
-    if (ends_model(chunk)) {
-      // Final norm: normed_grad holds the output projection's input gradient.
-      rmsnorm_backward(stream_.data(), layout_.final_norm, final_inverse_rms_.data(), false);
-      gradients_done(tail_span());  // the untied output projection's was added before
-      if (!starts_model(0)) gradients_done(embedding_span());  // the last stage's tied copy: complete
-    } else {
-      receive_from_next_stage(stream_grad_.data());
-    }
-    for (auto layer = static_cast<std::size_t>(chunk_layers(chunk).end);
-         layer-- > static_cast<std::size_t>(chunk_layers(chunk).begin);) {
-      const LayerTensorIndices& index = layout_.layers[layer];
-      BlockActivations& block = blocks_[layer];
-
-      // MLP branch: stream = mid + down(silu(gate) * up); stream_grad flows to mid unchanged.
-      row_parallel_backward(Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), hidden_grad_.data());
-      backend_.swiglu_backward(SwigluBackwardParams{block.gate.data(), block.up.data(), hidden_grad_.data(),
-                                                    gate_grad_.data(), up_grad_.data(), rows_ * ffn, compute_});
-      column_parallel_backward(block.mlp_normed.data(),
-                               {ColumnGrad{Linear{index.gate_weight, index.gate_bias, d, ffn}, gate_grad_.data()},
-                                ColumnGrad{Linear{index.up_weight, index.up_bias, d, ffn}, up_grad_.data()}});
-      rmsnorm_backward(block.mid.data(), index.post_norm, block.mlp_inverse_rms.data(), true);
-
-      // Attention branch: mid = block_input + o(attention(rope(q), rope(k), v)).
-      row_parallel_backward(Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), context_grad_.data());
-      AttentionBackwardParams attend;
-      attend.query = block.query.data();
-      attend.key = block.key.data();
-      attend.value = block.value.data();
-      attend.context = block.context.data();
-      attend.logsumexp = block.logsumexp.data();
-      attend.context_grad = context_grad_.data();
-      attend.attention_start = attention_start_.data();
-      attend.query_grad = query_grad_.data();
-      attend.key_grad = key_grad_.data();
-      attend.value_grad = value_grad_.data();
-      attend.shape = attention;
-      attend.scale = attention_scale_;
-      attend.dtype = compute_;
-      backend_.attention_backward(attend);
-      backend_.rope_backward(RopeParams{query_grad_.data(), rope_cosines_.data(), rope_sines_.data(), rows_, heads, hd, compute_});
-      backend_.rope_backward(RopeParams{key_grad_.data(), rope_cosines_.data(), rope_sines_.data(), rows_, groups, hd, compute_});
-      column_parallel_backward(block.attn_normed.data(),
-                               {ColumnGrad{Linear{index.q_weight, index.q_bias, d, query_width}, query_grad_.data()},
-                                ColumnGrad{Linear{index.k_weight, index.k_bias, d, kv_width}, key_grad_.data()},
-                                ColumnGrad{Linear{index.v_weight, index.v_bias, d, kv_width}, value_grad_.data()}});
-      rmsnorm_backward(block.block_input.data(), index.input_norm, block.attn_inverse_rms.data(), true);
-      gradients_done(layer_span(layer));
-    }
-    if (!starts_model(chunk)) {
-      send_to_previous_stage(stream_grad_.data());
-      continue;
-    }
-    // Embedding (and, when tied, the same tensor as the output projection: SPEC 4); with TP this
-    // rank's vocabulary rows, from the whole rows of the stream's gradient.
-    EmbeddingBackwardParams embedding{tokens_.data(), whole_rows(stream_grad_.data()),
-                                      main_grads + layout_.tensor(layout_.embedding).offset,
-                                      rows_, d, vocab_, compute_};
-    embedding.vocab_begin = vocab_begin_;
-    backend_.embedding_backward(embedding);
-    gradients_done(embedding_span());
+  if (ends_model(chunk)) {
+    loss_and_output_backward(weights, loss_scale, main_grads, row_losses);
+    // Final norm: normed_grad holds the output projection's input gradient.
+    rmsnorm_backward(stream_.data(), layout_.final_norm, final_inverse_rms_.data(), false);
+    gradients_done(tail_span());  // the untied output projection's was added before
+    if (!starts_model(0)) gradients_done(embedding_span());  // the last stage's tied copy: complete
   }
+  for (auto layer = static_cast<std::size_t>(chunk_layers(chunk).end);
+       layer-- > static_cast<std::size_t>(chunk_layers(chunk).begin);) {
+    const LayerTensorIndices& index = layout_.layers[layer];
+    BlockActivations& block = current().blocks[layer];
+
+    // MLP branch: stream = mid + down(silu(gate) * up); stream_grad flows to mid unchanged.
+    row_parallel_backward(Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), hidden_grad_.data());
+    backend_.swiglu_backward(SwigluBackwardParams{block.gate.data(), block.up.data(), hidden_grad_.data(),
+                                                  gate_grad_.data(), up_grad_.data(), rows_ * ffn, compute_});
+    column_parallel_backward(block.mlp_normed.data(),
+                             {ColumnGrad{Linear{index.gate_weight, index.gate_bias, d, ffn}, gate_grad_.data()},
+                              ColumnGrad{Linear{index.up_weight, index.up_bias, d, ffn}, up_grad_.data()}});
+    rmsnorm_backward(block.mid.data(), index.post_norm, block.mlp_inverse_rms.data(), true);
+
+    // Attention branch: mid = block_input + o(attention(rope(q), rope(k), v)).
+    row_parallel_backward(Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), context_grad_.data());
+    AttentionBackwardParams attend;
+    attend.query = block.query.data();
+    attend.key = block.key.data();
+    attend.value = block.value.data();
+    attend.context = block.context.data();
+    attend.logsumexp = block.logsumexp.data();
+    attend.context_grad = context_grad_.data();
+    attend.attention_start = current().attention_start.data();
+    attend.query_grad = query_grad_.data();
+    attend.key_grad = key_grad_.data();
+    attend.value_grad = value_grad_.data();
+    attend.shape = attention;
+    attend.scale = attention_scale_;
+    attend.dtype = compute_;
+    backend_.attention_backward(attend);
+    backend_.rope_backward(RopeParams{query_grad_.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, heads, hd, compute_});
+    backend_.rope_backward(RopeParams{key_grad_.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, groups, hd, compute_});
+    column_parallel_backward(block.attn_normed.data(),
+                             {ColumnGrad{Linear{index.q_weight, index.q_bias, d, query_width}, query_grad_.data()},
+                              ColumnGrad{Linear{index.k_weight, index.k_bias, d, kv_width}, key_grad_.data()},
+                              ColumnGrad{Linear{index.v_weight, index.v_bias, d, kv_width}, value_grad_.data()}});
+    rmsnorm_backward(block.block_input.data(), index.input_norm, block.attn_inverse_rms.data(), true);
+    gradients_done(layer_span(layer));
+  }
+  if (!starts_model(chunk)) return;
+  // Embedding (and, when tied, the same tensor as the output projection: SPEC 4); with TP this
+  // rank's vocabulary rows, from the whole rows of the stream's gradient.
+  EmbeddingBackwardParams embedding{current().tokens.data(), whole_rows(stream_grad_.data()),
+                                    main_grads + layout_.tensor(layout_.embedding).offset,
+                                    rows_, d, vocab_, compute_};
+  embedding.vocab_begin = vocab_begin_;
+  backend_.embedding_backward(embedding);
+  gradients_done(embedding_span());
 }
 
 LayerRange DecoderModel::chunk_layers(std::int64_t chunk) const {
@@ -597,34 +607,6 @@ bool DecoderModel::starts_model(std::int64_t chunk) const {
 
 bool DecoderModel::ends_model(std::int64_t chunk) const {
   return pipeline_ == nullptr || pipeline_->holds_output(stage_, chunk);
-}
-
-// The virtual stages run chunk-major (core/pipeline_layout.hpp): chunk c of stage s follows chunk c
-// of stage s - 1, and chunk c of stage 0 follows chunk c - 1 of the last stage.
-void DecoderModel::receive_from_previous_stage(void* stream_part) {
-  const auto previous = static_cast<int>(stage_ > 0 ? stage_ - 1 : pipeline_->pipeline_size() - 1);
-  const std::int64_t bytes = stream_rows_ * config_.hidden_size * dtype_bytes(compute_);
-  pipeline_group_->exchange_with_peers({nullptr, 0, -1, stream_part, bytes, previous});
-}
-
-void DecoderModel::send_to_next_stage(const void* stream_part) {
-  const auto next = static_cast<int>(stage_ + 1 < pipeline_->pipeline_size() ? stage_ + 1 : 0);
-  const std::int64_t bytes = stream_rows_ * config_.hidden_size * dtype_bytes(compute_);
-  backend_.synchronize();  // the stream is complete before its bytes leave (host transports read it now)
-  pipeline_group_->exchange_with_peers({stream_part, bytes, next, nullptr, 0, -1});
-}
-
-void DecoderModel::receive_from_next_stage(void* stream_grad_part) {
-  const auto next = static_cast<int>(stage_ + 1 < pipeline_->pipeline_size() ? stage_ + 1 : 0);
-  const std::int64_t bytes = stream_rows_ * config_.hidden_size * dtype_bytes(compute_);
-  pipeline_group_->exchange_with_peers({nullptr, 0, -1, stream_grad_part, bytes, next});
-}
-
-void DecoderModel::send_to_previous_stage(const void* stream_grad_part) {
-  const auto previous = static_cast<int>(stage_ > 0 ? stage_ - 1 : pipeline_->pipeline_size() - 1);
-  const std::int64_t bytes = stream_rows_ * config_.hidden_size * dtype_bytes(compute_);
-  backend_.synchronize();
-  pipeline_group_->exchange_with_peers({stream_grad_part, bytes, previous, nullptr, 0, -1});
 }
 
 DecoderModel::FlatSpan DecoderModel::embedding_span() const {
@@ -648,18 +630,20 @@ DecoderModel::FlatSpan DecoderModel::tail_span() const {
 
 void DecoderModel::forward_backward(const std::vector<Sample>& samples, const void* compute_weights,
                                     float loss_scale, float* main_grads, float* row_losses) {
-  upload_inputs(samples);
-  forward(compute_weights);
-  if (ends_model(chunks() - 1)) loss_and_output_backward(compute_weights, loss_scale, main_grads, row_losses);
-  backward(compute_weights, main_grads);
+  require(pipeline_ == nullptr || pipeline_->pipeline_size() == 1,
+          "forward_backward runs one stage: a pipeline's schedule calls the passes (pipeline_schedule.hpp)");
+  begin_microbatch(samples, 0);
+  forward_chunk(compute_weights, 0, 0);
+  backward_chunk(compute_weights, 0, 0, loss_scale, main_grads, row_losses);
 }
 
 void DecoderModel::forward_loss(const std::vector<Sample>& samples, const void* compute_weights,
                                 float* row_losses) {
-  upload_inputs(samples);
-  forward(compute_weights);
-  // Other stages' row losses stay as they are: the trainer takes the last stage's.
-  if (ends_model(chunks() - 1)) loss_and_output_backward(compute_weights, 0.0f, nullptr, row_losses);
+  require(pipeline_ == nullptr || pipeline_->pipeline_size() == 1,
+          "forward_loss runs one stage: a pipeline's schedule calls the passes (pipeline_schedule.hpp)");
+  begin_microbatch(samples, 0);
+  forward_chunk(compute_weights, 0, 0);
+  chunk_loss(compute_weights, 0, row_losses);
 }
 
 }  // namespace tandem::production

@@ -17,11 +17,12 @@
 //     biases) are then partial per rank: the trainer sums them over TP.
 //
 // Pipeline parallelism (DecoderOptions::pipeline): this rank runs the layers of its stage's model
-// chunks (core/pipeline_layout.hpp). A chunk that does not start the model receives the residual
-// stream from the previous virtual stage's rank, and one that does not end it sends its stream to
-// the next; the backward sends and receives the stream's gradient the other way (with sequence
-// parallelism each TP rank passes its part). One microbatch at a time: every stage calls
-// forward_backward on the same microbatches in the same order, so the p2p messages pair up.
+// chunks (core/pipeline_layout.hpp), one chunk of one microbatch at a time, in the order the
+// trainer's schedule gives (production/pipeline_schedule.hpp). A chunk that does not start the
+// model reads the residual stream the trainer received into stream(), and one that does not end
+// it leaves its output there to send; the backward reads and leaves the stream's gradient in
+// stream_grad() the same way (with sequence parallelism each TP rank's part). Each microbatch in
+// flight keeps its inputs and its layers' activations in an activation slot.
 #pragma once
 
 #include <cstdint>
@@ -70,11 +71,11 @@ struct DecoderOptions {
   const TensorParallelLayout* tensor_parallel = nullptr;
   TensorParallelComm* tensor_parallel_comm = nullptr;
   bool sequence_parallel = false;
-  // Pipeline parallelism: the stages and this rank's stage, and its pipeline group (ranks in
-  // stage order; both null: PP = 1; both must outlive the model).
+  // Pipeline parallelism: the stages (null: PP = 1; must outlive the model) and this rank's stage,
+  // and how many microbatches' activations the schedule keeps at once (activation slots).
   const PipelineStages* pipeline = nullptr;
   std::int64_t pipeline_stage = 0;
-  Collectives* pipeline_group = nullptr;
+  std::int64_t activation_slots = 1;
   // The trainer's hook points (step_hooks.hpp) for tensor parallelism's negative controls; null:
   // the identity.
   const StepHooks* hooks = nullptr;
@@ -110,7 +111,29 @@ class DecoderModel {
   void forward_loss(const std::vector<Sample>& samples, const void* compute_weights,
                     float* row_losses);
 
-  // Called by forward_backward and forward_loss until replaced; empty functions are skipped.
+  // The pieces of a pipeline schedule (the trainer's; forward_backward and forward_loss are
+  // them in order for one stage): the inputs of `samples` into activation slot `slot`; one model
+  // chunk's forward of that slot's microbatch (the input in stream() unless the chunk starts the
+  // model; the output left in stream()); the loss alone (evaluation; the chunk that ends the
+  // model, right after its forward); and one chunk's backward (with the loss first when it ends
+  // the model, else from the gradient in stream_grad(); the input's gradient left in
+  // stream_grad() unless it starts the model).
+  void begin_microbatch(const std::vector<Sample>& samples, std::int64_t slot);
+  void forward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk);
+  void chunk_loss(const void* compute_weights, std::int64_t slot, float* row_losses);
+  void backward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk, float loss_scale,
+                      float* main_grads, float* row_losses);
+  // This rank's part of the residual stream and of its gradient, [stream rows, d] each: what
+  // pipeline stages send and receive (stream_bytes() bytes).
+  void* stream() { return stream_.data(); }
+  void* stream_grad() { return stream_grad_.data(); }
+  std::int64_t stream_bytes() const;
+  std::int64_t activation_slots() const { return static_cast<std::int64_t>(slots_.size()); }
+  std::int64_t chunks() const { return pipeline_ ? pipeline_->virtual_stages() : 1; }
+  bool starts_model(std::int64_t chunk) const;
+  bool ends_model(std::int64_t chunk) const;
+
+  // Called by the passes until replaced; empty functions are skipped.
   void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
 
   std::int64_t rows() const { return rows_; }
@@ -121,12 +144,23 @@ class DecoderModel {
   std::int64_t allocated_bytes() const { return allocated_bytes_; }
 
  private:
-  void upload_inputs(const std::vector<Sample>& samples);
-  void forward(const void* weights);
+  // One microbatch's inputs and what its layers' forwards keep for their backwards.
+  struct ActivationSlot {
+    Buffer<std::int32_t> tokens;           // [rows]
+    Buffer<std::int32_t> labels;           // [rows]
+    Buffer<std::uint8_t> loss_mask;        // [rows]
+    Buffer<std::int32_t> positions;        // [rows]
+    Buffer<std::int32_t> attention_start;  // [rows] within each sample
+    Buffer<float> rope_cosines;            // [rows, hd/2]
+    Buffer<float> rope_sines;              // [rows, hd/2]
+    std::vector<BlockActivations> blocks;  // [L]; allocated for this stage's layers only
+  };
+  ActivationSlot& current() { return slots_[static_cast<std::size_t>(slot_)]; }  // the pass's slot
+  void use_slot(std::int64_t slot);
   // main_grads == nullptr: the loss alone (forward_loss).
   void loss_and_output_backward(const void* weights, float loss_scale, float* main_grads,
                                 float* row_losses);
-  void backward(const void* weights, float* main_grads);
+
 
   // Linear layers in PyTorch's convention, y = x W^T + b, on `rows_` rows.
   struct Linear {
@@ -146,17 +180,8 @@ class DecoderModel {
     linear_backward(weights, linear, input, output_grad, input_grad, accumulate, main_grads, compute_);
   }
 
-  // Pipeline parallelism (the class comment): this rank's layers of chunk `chunk`, whether the
-  // chunk begins (embedding) or ends (final norm, output, loss) the model, and the stream's
-  // messages to the neighbouring virtual stages (no-ops at the model's ends).
+  // This rank's layers of model chunk `chunk` (all layers with PP 1).
   LayerRange chunk_layers(std::int64_t chunk) const;
-  bool starts_model(std::int64_t chunk) const;
-  bool ends_model(std::int64_t chunk) const;
-  void receive_from_previous_stage(void* stream_part);
-  void send_to_next_stage(const void* stream_part);
-  void receive_from_next_stage(void* stream_grad_part);
-  void send_to_previous_stage(const void* stream_grad_part);
-  std::int64_t chunks() const { return pipeline_ ? pipeline_->virtual_stages() : 1; }
 
   // Tensor parallelism (tp_ > 1; the class comment).
   bool tensor_parallel() const { return tp_ != nullptr && tp_->size() > 1; }
@@ -196,7 +221,6 @@ class DecoderModel {
   ModelConfig config_;
   const PipelineStages* pipeline_ = nullptr;
   std::int64_t stage_ = 0;
-  Collectives* pipeline_group_ = nullptr;
   TensorParallelComm* tp_ = nullptr;
   bool sequence_parallel_ = false;
   const StepHooks* step_hooks_ = nullptr;
@@ -217,16 +241,8 @@ class DecoderModel {
   float epsilon_ = 0.0f;         // --norm-epsilon as fp32
   float attention_scale_ = 0.0f; // 1/sqrt(hd) as fp32
 
-  // Inputs of the microbatch.
-  Buffer<std::int32_t> tokens_;           // [rows]
-  Buffer<std::int32_t> labels_;           // [rows]
-  Buffer<std::uint8_t> loss_mask_;        // [rows]
-  Buffer<std::int32_t> positions_;        // [rows]
-  Buffer<std::int32_t> attention_start_;  // [rows] within each sample
-  Buffer<float> rope_cosines_;            // [rows, hd/2]
-  Buffer<float> rope_sines_;              // [rows, hd/2]
-
-  std::vector<BlockActivations> blocks_;  // [L]; allocated for this stage's layers only
+  std::vector<ActivationSlot> slots_;  // [activation slots]
+  std::int64_t slot_ = 0;               // the slot of the pass in progress
   ComputeBuffer stream_;                  // [stream rows, d] residual stream (final norm's input)
   ComputeBuffer branch_;                  // [stream rows, d] o_proj / down_proj output before the add
   Buffer<float> final_inverse_rms_;       // [stream rows]

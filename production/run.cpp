@@ -257,9 +257,11 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
           {"collectives", trainer.pipeline_group().description()},
           {"model_chunks_per_rank", trainer.pipeline_stages().virtual_stages()},
           {"stages", pipeline_stage_texts(trainer.pipeline_stages())},
-          {"schedule", trainer.pipeline_group().size() > 1
-                           ? "one microbatch at a time through the stages (forward, then backward)"
-                           : "none"}}},
+          {"schedule", trainer.pipeline_group().size() == 1 ? "none"
+                       : trainer.pipeline_stages().virtual_stages() == 1
+                           ? "1F1B (Megatron's, not interleaved)"
+                           : "one microbatch at a time through the model chunks (interleaved 1F1B not built)"},
+          {"activation_slots", trainer.model().activation_slots()}}},
         {"data_parallel",
          {{"ranks", trainer.replicas().size()},
           {"collectives", trainer.replicas().description()},

@@ -162,11 +162,58 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   if (split_.pipeline_size() > 1) {
     decoder.pipeline = stages_.get();
     decoder.pipeline_stage = split_.pipeline_stage();
-    decoder.pipeline_group = pipeline_group_.get();
+    decoder.activation_slots = microbatches_in_flight(training_passes());
   }
   if (!tied.empty()) embedding_comm_ = TensorParallelComm(*backend_, embedding_group_, tied.front().count);
   model_ = std::make_unique<DecoderModel>(config_.model, layout_, *backend_, decoder);
   row_losses_ = Buffer<float>(*backend_, config_.microbatches_per_replica() * model_->rows());
+  if (split_.pipeline_size() > 1) outgoing_ = Buffer<std::uint8_t>(*backend_, model_->stream_bytes());
+}
+
+std::vector<PipelinePass> Trainer::training_passes() const {
+  const std::int64_t microbatches = config_.microbatches_per_replica();
+  if (split_.pipeline_size() > 1 && stages_->virtual_stages() == 1) {
+    return one_forward_one_backward(split_.pipeline_size(), split_.pipeline_stage(), microbatches);
+  }
+  return one_microbatch_at_a_time(stages_->virtual_stages(), microbatches);
+}
+
+void Trainer::run_passes(const std::vector<PipelinePass>& passes,
+                         const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body) {
+  const std::int64_t slots = model_->activation_slots();
+  const bool pipelined = split_.pipeline_size() > 1;
+  const std::int64_t stages = split_.pipeline_size();
+  const std::int64_t stage = split_.pipeline_stage();
+  // The virtual stages run chunk-major (core/pipeline_layout.hpp): chunk c of stage s follows
+  // chunk c of stage s - 1, and chunk c of stage 0 follows chunk c - 1 of the last stage.
+  const auto previous = static_cast<int>(stage > 0 ? stage - 1 : stages - 1);
+  const auto next = static_cast<int>(stage + 1 < stages ? stage + 1 : 0);
+  const std::int64_t bytes = pipelined ? model_->stream_bytes() : 0;
+  PeerExchange exchange;  // the send still to make, then the receive of the pass about to run
+  for (const PipelinePass& pass : passes) {
+    if (pipelined) {
+      if (pass.forward && !model_->starts_model(pass.chunk)) exchange.from = previous;
+      if (!pass.forward && !model_->ends_model(pass.chunk)) exchange.from = next;
+      if (exchange.from != -1) {
+        exchange.received = pass.forward ? model_->stream() : model_->stream_grad();
+        exchange.received_bytes = bytes;
+      }
+      if (exchange.to != -1 || exchange.from != -1) pipeline_group_->exchange_with_peers(exchange);
+      exchange = {};
+    }
+    pass_body(pass, pass.microbatch % slots);
+    if (!pipelined) continue;
+    // Copied out, so that the next pass may receive into the same buffer in the same exchange.
+    const bool sends_stream = pass.forward && !model_->ends_model(pass.chunk);
+    const bool sends_gradient = !pass.forward && !model_->starts_model(pass.chunk);
+    if (sends_stream || sends_gradient) {
+      backend_->copy(outgoing_.data(), sends_stream ? model_->stream() : model_->stream_grad(), bytes);
+      exchange.sent = outgoing_.data();
+      exchange.sent_bytes = bytes;
+      exchange.to = sends_stream ? next : previous;
+    }
+  }
+  if (exchange.to != -1) pipeline_group_->exchange_with_peers(exchange);
 }
 
 // The compute weights from this rank's main state: converted (bf16) or copied (fp32 with the
@@ -241,11 +288,20 @@ EvaluationRecord Trainer::evaluate(const SampleProvider& validation, std::int64_
   double loss_sum = 0.0;
   for (std::int64_t batch = 0; batch < batches; ++batch) {
     double local_loss_tokens = 0.0;  // integers far below 2^53: exact
+    std::vector<std::vector<Sample>> samples(static_cast<std::size_t>(microbatches));
     for (std::int64_t m = 0; m < microbatches; ++m) {
-      const auto samples = microbatch_samples(validation, counters_.consumed_valid_samples, m);
-      for (const Sample& sample : samples) local_loss_tokens += static_cast<double>(sample.loss_tokens);
-      model_->forward_loss(samples, compute_weights(), row_losses_.at(m * rows));
+      samples[static_cast<std::size_t>(m)] = microbatch_samples(validation, counters_.consumed_valid_samples, m);
+      for (const Sample& sample : samples[static_cast<std::size_t>(m)]) {
+        local_loss_tokens += static_cast<double>(sample.loss_tokens);
+      }
     }
+    // Forward only, one microbatch at a time through the stages; the last stage's loss alone.
+    run_passes(one_microbatch_at_a_time(stages_->virtual_stages(), microbatches, true),
+               [&](const PipelinePass& pass, std::int64_t slot) {
+                 if (pass.chunk == 0) model_->begin_microbatch(samples[static_cast<std::size_t>(pass.microbatch)], slot);
+                 model_->forward_chunk(compute_weights(), slot, pass.chunk);
+                 if (model_->ends_model(pass.chunk)) model_->chunk_loss(compute_weights(), slot, row_losses_.at(pass.microbatch * rows));
+               });
     loss_sum = global_loss_sum(loss_sum);
     for (const double tokens : all_gather_values(*collectives_, std::span(&local_loss_tokens, 1))) {
       record.loss_tokens += static_cast<std::int64_t>(tokens);
@@ -523,11 +579,23 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
     ~DropHooks() { model.set_hooks({}); }
   } drop_hooks{*model_};
   exchange_.begin_forward_backward(compute_weights_);
-  for (std::size_t m = 0; m < batch.microbatches.size(); ++m) {
-    model_->set_hooks(exchange_.model_hooks(m, batch.microbatches.size()));
-    model_->forward_backward(batch.microbatches[m], compute_weights(), scales[m], exchange_.main_grads().data(),
-                             row_losses_.at(static_cast<std::int64_t>(m) * rows));
-  }
+  const std::size_t microbatches = batch.microbatches.size();
+  // One stage: each microbatch's forward, then its backward. Pipeline stages: the schedule's
+  // passes (1F1B), which add each stage's microbatches in the same order. The weight gathers are
+  // waited for in microbatch 0's forward, the buckets reduced in microbatch M-1's backward.
+  run_passes(training_passes(), [&](const PipelinePass& pass, std::int64_t slot) {
+    const auto m = static_cast<std::size_t>(pass.microbatch);
+    ModelHooks hooks = exchange_.model_hooks(m, microbatches);
+    (pass.forward ? hooks.gradients_done : hooks.before_weights) = nullptr;
+    model_->set_hooks(std::move(hooks));
+    if (pass.forward) {
+      if (pass.chunk == 0) model_->begin_microbatch(batch.microbatches[m], slot);
+      model_->forward_chunk(compute_weights(), slot, pass.chunk);
+    } else {
+      model_->backward_chunk(compute_weights(), slot, pass.chunk, scales[m], exchange_.main_grads().data(),
+                             row_losses_.at(pass.microbatch * rows));
+    }
+  });
   exchange_.finish_reduction();
   sum_replicated_gradients_over_tp();
   sum_tied_embedding_gradients();

@@ -45,6 +45,7 @@
 #include "production/gradient_exchange.hpp"
 #include "production/main_state_shard.hpp"
 #include "production/model.hpp"
+#include "production/pipeline_schedule.hpp"
 #include "production/sharding.hpp"
 #include "production/step_hooks.hpp"
 #include "production/tensor_parallel.hpp"
@@ -191,6 +192,14 @@ class Trainer {
   void adamw(std::int64_t step, double lr, double wd);                  // SPEC 7
   void count_update(IterationRecord& record, bool successful);          // SPEC 8, 1
 
+  // Pipeline parallelism: this stage's passes over M microbatches (pipeline_schedule.hpp: 1F1B
+  // with one chunk a rank, else one microbatch at a time), and their execution: `pass_body` runs
+  // each pass in its activation slot, and the stream (or its gradient) a pass sends is exchanged
+  // with the previous or next stage together with what the pass after it receives.
+  std::vector<PipelinePass> training_passes() const;
+  void run_passes(const std::vector<PipelinePass>& passes,
+                  const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body);
+
   // This rank's samples of microbatch m of the global batch after `consumed` samples (SPEC 2).
   std::vector<Sample> microbatch_samples(const SampleProvider& source, std::int64_t consumed,
                                          std::int64_t microbatch) const;
@@ -252,6 +261,7 @@ class Trainer {
   std::unique_ptr<UpdateAudit> audit_;
   Buffer<float> row_losses_;       // [microbatches, mbs*seq] masked CE per position
   std::unique_ptr<DecoderModel> model_;
+  Buffer<std::uint8_t> outgoing_;  // [stream bytes] what this stage sends next (PP > 1)
 
   bool keep_last_gradient_ = false;
   std::vector<float> last_gradient_;  // [N] filled only when keep_last_gradient_ (tests)

@@ -50,6 +50,8 @@ TEST_F(PipelineParallelCli, TwoStagesOnTwoMpiRanksTrainResumeBitExactlyAndExport
   EXPECT_EQ(header["pipeline_parallel"]["stages"][0], "stage 0: the embedding, layer 0") << header.dump();
   EXPECT_EQ(header["pipeline_parallel"]["stages"][1], "stage 1: layer 1, the final norm, output layer and loss")
       << header.dump();
+  EXPECT_EQ(header["pipeline_parallel"]["schedule"], "1F1B (Megatron's, not interleaved)") << header.dump();
+  EXPECT_EQ(header["pipeline_parallel"]["activation_slots"], 2) << header.dump();  // stage 0: min(PP, M) = 2
   EXPECT_NE(header["pipeline_parallel"]["collectives"].get<std::string>().find("pipeline group of 2 ranks"),
             std::string::npos)
       << header.dump();

@@ -258,16 +258,25 @@ TEST(PipelineParallel, ResumeIsBitExactAndACheckpointIsReadAtOtherPipelineTensor
   std::filesystem::remove_all(directory);
 }
 
-TEST(PipelineParallel, EachStageKeepsOnlyItsLayersActivations) {
-  // Exact: a stage allocates BlockActivations for its own layers only.
+TEST(PipelineParallel, EachStageKeepsItsLayersActivationsForTheMicrobatchesIn1F1BsFlight) {
+  // Exact: a stage allocates BlockActivations for its own layers only, once per activation slot,
+  // and 1F1B gives stage s min(PP - s, M) slots (the plan's first-stage count: PP 2, M 4 -> 2).
   const RunConfig one = pp_run(1);
   Ranks whole(one);
   const std::int64_t per_layer = whole.ranks.front().model().activation_bytes_per_layer();
-  const std::int64_t all = whole.ranks.front().model().allocated_bytes();
+  const std::int64_t all = whole.ranks.front().model().allocated_bytes();  // 1 slot, 4 layers
+  // One slot's inputs: tokens, labels, positions, attention starts (int32) and the loss mask (one
+  // byte) per row, and the RoPE cosines and sines (fp32, hd/2 per row).
+  const std::int64_t rows = one.batch.micro_batch_size * one.model.seq_length;
+  const std::int64_t inputs = rows * (4 * 4 + 1) + 2 * rows * (one.model.head_dim() / 2) * 4;
   Ranks halves(pp_run(2));
   halves.ranks.each([&](Trainer& trainer, int) {
+    const std::int64_t slots = trainer.pipeline_stage() == 0 ? 2 : 1;
+    EXPECT_EQ(trainer.model().activation_slots(), slots) << "stage " << trainer.pipeline_stage();
     EXPECT_EQ(trainer.model().activation_bytes_per_layer(), per_layer);
-    EXPECT_EQ(trainer.model().allocated_bytes(), all - 2 * per_layer) << "stage " << trainer.pipeline_stage();
+    // The shared buffers as one stage's, then per slot its inputs and its 2 layers.
+    EXPECT_EQ(trainer.model().allocated_bytes(), all - 4 * per_layer - inputs + slots * (inputs + 2 * per_layer))
+        << "stage " << trainer.pipeline_stage();
   });
 }
 
