@@ -26,7 +26,8 @@ EOD = 256
 SEQ_LENGTH = 7
 DTYPES = ["uint8", "int8", "int16", "int32", "int64", "uint16"]  # Megatron's integer DType codes
 # Token values stay below these (each dtype's positive range, the others near uint16's top);
-# tandem reads them with --vocab-size VOCAB.
+# tandem reads them as a NullTokenizer's data of VOCAB ids with EOD 256 (a vocabulary other than the
+# byte tokenizer's must name its tokenizer: docs/DATA.md section 13).
 TOKEN_LIMIT = {"uint8": 256, "int8": 128, "int16": 32768, "int32": 65000, "int64": 65000, "uint16": 65000}
 VOCAB = 65536
 
@@ -60,7 +61,8 @@ def megatron_writes(args, dtype):
                 for i in range(windows)]
     command = [args.tandem, "data", "samples", "--data-path", prefix, "--data-order", "sequential",
                "--seq-length", str(SEQ_LENGTH), "--count", str(windows), "--train-samples", "8",
-               "--vocab-size", str(VOCAB),
+               "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB),
+               "--null-tokenizer-eod-id", str(EOD),
                "--global-batch-size", "1", "--micro-batch-size", "1"]
     result = subprocess.run(command, capture_output=True, text=True)
     print("reproduce: " + " ".join(command))
