@@ -166,16 +166,9 @@ std::int64_t PipelineStages::layers_on(std::int64_t stage) const {
   return total;
 }
 
-std::int64_t PipelineStages::stage_of_layer(std::int64_t layer) const {
+std::int64_t PipelineStages::virtual_stage_of_layer(std::int64_t layer) const {
   for (std::size_t i = 0; i < ranges_.size(); ++i) {
-    if (layer >= ranges_[i].begin && layer < ranges_[i].end) return static_cast<std::int64_t>(i) % split_.pipeline;
-  }
-  throw std::out_of_range("pipeline layout: layer " + text(layer) + " outside [0, " + text(split_.num_layers) + ")");
-}
-
-std::int64_t PipelineStages::chunk_of_layer(std::int64_t layer) const {
-  for (std::size_t i = 0; i < ranges_.size(); ++i) {
-    if (layer >= ranges_[i].begin && layer < ranges_[i].end) return static_cast<std::int64_t>(i) / split_.pipeline;
+    if (layer >= ranges_[i].begin && layer < ranges_[i].end) return static_cast<std::int64_t>(i);
   }
   throw std::out_of_range("pipeline layout: layer " + text(layer) + " outside [0, " + text(split_.num_layers) + ")");
 }

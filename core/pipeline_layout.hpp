@@ -64,8 +64,8 @@ class PipelineStages {
   // Every layer rank `stage` holds, over its chunks.
   std::int64_t layers_on(std::int64_t stage) const;
   // The pipeline rank and chunk that hold decoder layer `layer`.
-  std::int64_t stage_of_layer(std::int64_t layer) const;
-  std::int64_t chunk_of_layer(std::int64_t layer) const;
+  std::int64_t stage_of_layer(std::int64_t layer) const { return virtual_stage_of_layer(layer) % split_.pipeline; }
+  std::int64_t chunk_of_layer(std::int64_t layer) const { return virtual_stage_of_layer(layer) / split_.pipeline; }
 
   // The embedding is the input of chunk 0 on rank 0; the final norm, output layer and loss end
   // chunk v-1 on rank PP-1.
@@ -78,6 +78,8 @@ class PipelineStages {
   std::string describe(std::int64_t stage) const;
 
  private:
+  std::int64_t virtual_stage_of_layer(std::int64_t layer) const;  // its index in ranges_; throws outside
+
   PipelineSplit split_;
   std::vector<LayerRange> ranges_;  // [v * PP], chunk-major: index chunk * PP + stage
 };

@@ -422,7 +422,7 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
   const std::int64_t vocab = vocab_;
   const void* output_weight = weight_at(weights, layout_.output);  // [V, d]
   const void* input = output_projection_input();                   // [rows, d]
-  // main_grads == nullptr: loss only (forward_loss); the kernel stores no gradient.
+  // main_grads == nullptr: loss only (chunk_loss); the kernel stores no gradient.
   const bool loss_only = main_grads == nullptr;
   void* logits_grad = loss_only                ? nullptr
                       : compute_ == DType::f32 ? static_cast<void*>(logits_.data())
@@ -626,24 +626,6 @@ DecoderModel::FlatSpan DecoderModel::layer_span(std::size_t layer) const {
 
 DecoderModel::FlatSpan DecoderModel::tail_span() const {
   return {layout_.tensor(layout_.final_norm).offset, layout_.total_elements};
-}
-
-void DecoderModel::forward_backward(const std::vector<Sample>& samples, const void* compute_weights,
-                                    float loss_scale, float* main_grads, float* row_losses) {
-  require(pipeline_ == nullptr || pipeline_->pipeline_size() == 1,
-          "forward_backward runs one stage: a pipeline's schedule calls the passes (pipeline_schedule.hpp)");
-  begin_microbatch(samples, 0);
-  forward_chunk(compute_weights, 0, 0);
-  backward_chunk(compute_weights, 0, 0, loss_scale, main_grads, row_losses);
-}
-
-void DecoderModel::forward_loss(const std::vector<Sample>& samples, const void* compute_weights,
-                                float* row_losses) {
-  require(pipeline_ == nullptr || pipeline_->pipeline_size() == 1,
-          "forward_loss runs one stage: a pipeline's schedule calls the passes (pipeline_schedule.hpp)");
-  begin_microbatch(samples, 0);
-  forward_chunk(compute_weights, 0, 0);
-  chunk_loss(compute_weights, 0, row_losses);
 }
 
 }  // namespace tandem::production

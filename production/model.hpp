@@ -99,25 +99,17 @@ class DecoderModel {
   DecoderModel(const ModelConfig& config, const ModelLayout& layout, Backend& backend,
                const DecoderOptions& options);
 
-  // Adds d(loss_scale x masked CE sum over `samples`)/d(weights) into main_grads [N] and writes
-  // each position's masked CE into row_losses [mbs*seq] (0 where the mask is 0). compute_weights
-  // is the flat compute-typed weight buffer [N]. Throws std::invalid_argument on a malformed
-  // sample (as the reference does).
-  void forward_backward(const std::vector<Sample>& samples, const void* compute_weights,
-                        float loss_scale, float* main_grads, float* row_losses);
-
-  // Forward only (evaluation): the same row_losses [mbs*seq] as forward_backward, bit for bit,
-  // through the loss-only cross-entropy; no gradient is computed or touched.
-  void forward_loss(const std::vector<Sample>& samples, const void* compute_weights,
-                    float* row_losses);
-
-  // The pieces of a pipeline schedule (the trainer's; forward_backward and forward_loss are
-  // them in order for one stage): the inputs of `samples` into activation slot `slot`; one model
-  // chunk's forward of that slot's microbatch (the input in stream() unless the chunk starts the
-  // model; the output left in stream()); the loss alone (evaluation; the chunk that ends the
-  // model, right after its forward); and one chunk's backward (with the loss first when it ends
-  // the model, else from the gradient in stream_grad(); the input's gradient left in
-  // stream_grad() unless it starts the model).
+  // One microbatch's passes, in the order the trainer's schedule gives (pipeline_schedule.hpp;
+  // with one stage: begin, forward, backward per microbatch): the inputs of `samples` into
+  // activation slot `slot` (a malformed sample throws std::invalid_argument, as the reference);
+  // one model chunk's forward of that slot's microbatch (the input in stream() unless the chunk
+  // starts the model; the output left in stream()); the loss alone (evaluation, through the
+  // loss-only cross-entropy: the same row losses bit for bit, no gradient touched; the chunk that
+  // ends the model, right after its forward); and one chunk's backward, which adds
+  // d(loss_scale x masked CE sum)/d(weights) into main_grads [N] (with the loss and row_losses
+  // [mbs*seq] first when it ends the model, else from the gradient in stream_grad(); the input's
+  // gradient left in stream_grad() unless it starts the model). compute_weights is the flat
+  // compute-typed weight buffer [N].
   void begin_microbatch(const std::vector<Sample>& samples, std::int64_t slot);
   void forward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk);
   void chunk_loss(const void* compute_weights, std::int64_t slot, float* row_losses);
@@ -157,7 +149,7 @@ class DecoderModel {
   };
   ActivationSlot& current() { return slots_[static_cast<std::size_t>(slot_)]; }  // the pass's slot
   void use_slot(std::int64_t slot);
-  // main_grads == nullptr: the loss alone (forward_loss).
+  // main_grads == nullptr: the loss alone (chunk_loss).
   void loss_and_output_backward(const void* weights, float loss_scale, float* main_grads,
                                 float* row_losses);
 

@@ -324,7 +324,7 @@ std::vector<FlatRange> Trainer::full_ranges_of(const std::vector<FlatRange>& loc
   return out;
 }
 
-std::vector<float> Trainer::gather_over_tp(const std::vector<float>& local) const {
+std::vector<float> Trainer::gather_whole_model(const std::vector<float>& local) const {
   if (split_.size() == 1 && split_.pipeline_size() == 1) return local;
   if (split_.size() == 1) {  // this stage's elements at their places
     std::vector<float> whole(static_cast<std::size_t>(split_.full().total_elements), 0.0f);
@@ -415,9 +415,9 @@ std::vector<float> Trainer::gather_over_pipeline(std::vector<float> stage_whole)
 
 HostState Trainer::host_state() const {
   HostState state;
-  state.params = gather_over_tp(exchange_.gather_flat(state_.weights()));
-  state.exp_avg = gather_over_tp(exchange_.gather_flat(state_.exp_avg()));
-  state.exp_avg_sq = gather_over_tp(exchange_.gather_flat(state_.exp_avg_sq()));
+  state.params = gather_whole_model(exchange_.gather_flat(state_.weights()));
+  state.exp_avg = gather_whole_model(exchange_.gather_flat(state_.exp_avg()));
+  state.exp_avg_sq = gather_whole_model(exchange_.gather_flat(state_.exp_avg_sq()));
   state.counters = counters_;
   return state;
 }
@@ -799,7 +799,7 @@ IterationRecord Trainer::run_iteration() {
       backend_->copy_from_host(exchange_.main_grads().at(flat), &value, sizeof(float));
     }
   }});                                                                       // StepHooks point
-  if (keep_last_gradient_) last_gradient_ = gather_over_tp(exchange_.gathered_gradients());
+  if (keep_last_gradient_) last_gradient_ = gather_whole_model(exchange_.gathered_gradients());
   record.loss = global_loss(batch, record.iteration);                        // SPEC 5
   const GradientNorm norm = gradient_norm(hooks().wants_own_slices_norm());  // SPEC 6
   record.grad_norm = norm.global();

@@ -229,7 +229,7 @@ class Trainer {
   std::vector<FlatRange> not_counted_here() const;
   // A local buffer [local N] on every rank of the TP and PP groups -> the whole model's [N], each
   // rank's elements at their places (collective over TP, then PP).
-  std::vector<float> gather_over_tp(const std::vector<float>& local) const;
+  std::vector<float> gather_whole_model(const std::vector<float>& local) const;
   std::vector<float> gather_over_pipeline(std::vector<float> stage_whole) const;
   // The whole-model ranges this rank keeps, each TP-local piece expanded.
   std::vector<FlatRange> full_ranges_of(const std::vector<FlatRange>& local) const;
