@@ -27,6 +27,7 @@
 #include "equivalence/twin.hpp"
 #include "production/checkpointing.hpp"
 #include "production/local_ranks.hpp"
+#include "tests/support/model_parallel_ranks.hpp"
 #include "tests/support/tiny_production_run.hpp"
 
 namespace tandem {
@@ -58,34 +59,9 @@ RunConfig pp_run(std::int64_t pp, std::int64_t tp = 1, std::int64_t dp = 1) {
   return config;
 }
 
-production::ProductionOptions cpu_options() {
-  production::ProductionOptions options;
-  options.device = production::Device::cpu;
-  return options;
-}
-
-struct Ranks {
-  explicit Ranks(const RunConfig& config)
-      : ranks(config, testing::tiny_production_samples(), cpu_options(), LocalRanks::Transport::threads) {}
-  std::vector<IterationRecord> run() {
-    std::vector<IterationRecord> records(ranks.size());
-    ranks.each([&](Trainer& trainer, int rank) { records[static_cast<std::size_t>(rank)] = trainer.run_iteration(); });
-    return records;
-  }
-  HostState state() {
-    std::vector<HostState> states(ranks.size());
-    ranks.each([&](Trainer& trainer, int rank) { states[static_cast<std::size_t>(rank)] = trainer.host_state(); });
-    return states.front();
-  }
-  LocalRanks ranks;
-};
-
-void expect_same_state(const HostState& a, const HostState& b, const std::string& what) {
-  EXPECT_EQ(a.params, b.params) << what;
-  EXPECT_EQ(a.exp_avg, b.exp_avg) << what;
-  EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq) << what;
-  EXPECT_EQ(a.counters, b.counters) << what;
-}
+using testing::compare_with_the_reference;
+using testing::expect_same_state;
+using testing::Ranks;
 
 TEST(PipelineParallel, IterationZeroIsTheSameWeightsForEveryLayout) {
   // SPEC 4 / 13: each element drawn by its index in the full tensor, whichever stage holds it.
@@ -132,36 +108,6 @@ TEST(PipelineParallel, EveryRankReportsTheGlobalBatchsRecord) {
     EXPECT_EQ(record.input_tokens, records.front().input_tokens);
   }
   EXPECT_GT(records.front().loss, 0.0);
-}
-
-// The harness's own comparison, as tests/production_tensor_parallel_test.cpp: `updates`
-// teacher-forced updates of the production twin on its layout against the double reference.
-equivalence::Report compare_with_the_reference(const RunConfig& config, std::int64_t updates,
-                                               const equivalence::TwinKind& kind = equivalence::production_twin(false)) {
-  using namespace equivalence;
-  RunConfig reference_config = config;
-  reference_config.parallel.tensor_parallel = 1;
-  reference_config.parallel.pipeline_parallel = 1;
-  reference_config.parallel.virtual_pipeline_stages = 1;
-  reference_config.parallel.first_pipeline_stage_layers = 0;
-  reference_config.parallel.last_pipeline_stage_layers = 0;
-  reference_config.parallel.sequence_parallel = false;
-  reference_config.parallel.data_parallel = 1;
-  reference_config.parallel.world_size = 1;
-  const testing::StreamSamples stream = testing::tiny_production_samples();
-  const reference::SampleProvider samples = [stream](std::int64_t index) { return stream(index); };
-  TwinSetup reference_setup;
-  reference_setup.config = reference_config;
-  reference_setup.samples = samples;
-  TwinSetup test_setup = reference_setup;
-  test_setup.config = config;
-  auto reference = reference_twin().make(reference_setup);
-  auto under_test = kind.make(test_setup);
-  const PrecisionPair precisions{precision_of(kind, config), fp64()};
-  Report report;
-  compare_states_bitwise(0, "initial ", reference->state(), under_test->state(), report);
-  run_teacher_forced(*reference, *under_test, updates, reference_config, precisions, report);
-  return report;
 }
 
 void expect_matches_the_reference(const RunConfig& config, std::int64_t updates, const std::string& what) {
@@ -221,11 +167,7 @@ TEST(PipelineParallel, TheHarnessCatchesATiedEmbeddingNotSummedOrCountedTwice) {
       << "a tied embedding counted twice in the norm was not caught";
 }
 
-std::filesystem::path scratch(const std::string& name) {
-  const auto path = std::filesystem::temp_directory_path() / ("tandem-pp-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(path);
-  return path;
-}
+std::filesystem::path scratch(const std::string& name) { return testing::scratch_directory("pp-" + name); }
 
 TEST(PipelineParallel, ResumeIsBitExactAndACheckpointIsReadAtOtherPipelineTensorAndDataSizes) {
   const std::filesystem::path directory = scratch("resume");

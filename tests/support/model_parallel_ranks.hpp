@@ -1,0 +1,95 @@
+// What the tensor- and pipeline-parallel trainer tests share (tests/production_tensor_parallel_test.cpp,
+// production_pipeline_parallel_test.cpp): a layout's ranks on threads of this process over the
+// tiny production samples, the bitwise state comparison, and the harness's comparison of a
+// layout's production twin with the double reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "equivalence/comparison.hpp"
+#include "equivalence/twin.hpp"
+#include "production/local_ranks.hpp"
+#include "tests/support/tiny_production_run.hpp"
+
+namespace tandem::testing {
+
+inline production::ProductionOptions cpu_options() {
+  production::ProductionOptions options;
+  options.device = production::Device::cpu;
+  return options;
+}
+
+// config.parallel's TP x PP x DP ranks on threads, the cpu backend.
+struct Ranks {
+  explicit Ranks(const RunConfig& config)
+      : ranks(config, tiny_production_samples(), cpu_options(), production::LocalRanks::Transport::threads) {}
+  std::vector<IterationRecord> run() {
+    std::vector<IterationRecord> records(ranks.size());
+    ranks.each([&](production::Trainer& trainer, int rank) {
+      records[static_cast<std::size_t>(rank)] = trainer.run_iteration();
+    });
+    return records;
+  }
+  production::HostState state() {
+    std::vector<production::HostState> states(ranks.size());
+    ranks.each([&](production::Trainer& trainer, int rank) { states[static_cast<std::size_t>(rank)] = trainer.host_state(); });
+    return states.front();
+  }
+  production::LocalRanks ranks;
+};
+
+// Exact: every element of the main state and the counters.
+inline void expect_same_state(const production::HostState& a, const production::HostState& b, const std::string& what) {
+  EXPECT_EQ(a.params, b.params) << what;
+  EXPECT_EQ(a.exp_avg, b.exp_avg) << what;
+  EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq) << what;
+  EXPECT_EQ(a.counters, b.counters) << what;
+}
+
+// The harness's own comparison: `updates` teacher-forced updates of `kind` (the production twin
+// on config's layout) against the double reference on one replica without model parallelism
+// (SPEC 13), from the same state.
+inline equivalence::Report compare_with_the_reference(
+    const RunConfig& config, std::int64_t updates,
+    const equivalence::TwinKind& kind = equivalence::production_twin(false)) {
+  using namespace equivalence;
+  RunConfig reference_config = config;
+  reference_config.parallel.tensor_parallel = 1;
+  reference_config.parallel.pipeline_parallel = 1;
+  reference_config.parallel.virtual_pipeline_stages = 1;
+  reference_config.parallel.first_pipeline_stage_layers = 0;
+  reference_config.parallel.last_pipeline_stage_layers = 0;
+  reference_config.parallel.sequence_parallel = false;
+  reference_config.parallel.data_parallel = 1;
+  reference_config.parallel.world_size = 1;
+  const StreamSamples stream = tiny_production_samples();
+  const reference::SampleProvider samples = [stream](std::int64_t index) { return stream(index); };
+  TwinSetup reference_setup;
+  reference_setup.config = reference_config;
+  reference_setup.samples = samples;
+  TwinSetup test_setup = reference_setup;
+  test_setup.config = config;
+  auto reference = reference_twin().make(reference_setup);
+  auto under_test = kind.make(test_setup);
+  const PrecisionPair precisions{precision_of(kind, config), fp64()};
+  Report report;
+  compare_states_bitwise(0, "initial ", reference->state(), under_test->state(), report);
+  run_teacher_forced(*reference, *under_test, updates, reference_config, precisions, report);
+  return report;
+}
+
+// A fresh directory under the system's temporary one, named for the test and this process.
+inline std::filesystem::path scratch_directory(const std::string& name) {
+  const auto path = std::filesystem::temp_directory_path() / ("tandem-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(path);
+  return path;
+}
+
+}  // namespace tandem::testing
