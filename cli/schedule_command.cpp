@@ -1,12 +1,7 @@
 // `tandem schedule [ARGS] [--every N] [--csv|--json] [--svg FILE]`: the learning-rate and weight-decay
 // schedule every update uses (SPEC 8, 12), from core/schedule.hpp, assuming every update succeeds.
-// --svg draws it with gnuplot (Debian's gnuplot-nox) run as a subprocess.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// --svg draws it with gnuplot (Debian's gnuplot-nox) run as a subprocess (cli/gnuplot.hpp).
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,10 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/gnuplot.hpp"
 #include "core/args.hpp"
 #include "core/schedule.hpp"
-
-extern char** environ;
 
 namespace tandem::cli {
 namespace {
@@ -74,36 +68,6 @@ std::vector<std::int64_t> selected_updates(std::int64_t total_updates, std::int6
   return updates;
 }
 
-// Shortest text that reads back as the same double.
-std::string exact(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return std::string(buffer, result.ptr);
-}
-
-std::optional<std::string> find_on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return std::nullopt;
-  std::stringstream directories(path);
-  std::string directory;
-  while (std::getline(directories, directory, ':')) {
-    if (directory.empty()) continue;
-    const fs::path candidate = fs::path(directory) / program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return std::nullopt;
-}
-
-// A gnuplot single-quoted string: '' stands for one quote inside it.
-std::string gnuplot_quoted(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    out += c;
-    if (c == '\'') out += '\'';
-  }
-  return out + "'";
-}
-
 // Tokens scaled to a readable unit for an axis whose largest value is `max_tokens`.
 struct TokenUnit {
   double divisor;
@@ -135,54 +99,29 @@ void write_panel_data(const fs::path& file, const RunConfig& config, std::int64_
   if (!out) throw std::runtime_error("--svg: could not write plot data to " + file.string());
 }
 
-// Removes a directory tree when it goes out of scope.
-struct ScratchDirectory {
-  fs::path path;
-  ~ScratchDirectory() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
+// Draws the schedule into `target` (gnuplot.hpp draw_svg: atomically).
+void draw_schedule_svg(const RunConfig& config, const std::string& gnuplot, const fs::path& target) {
+  draw_svg(gnuplot, target, 1100, 420, [&](std::ostream& out, const fs::path& scratch) {
+    const std::int64_t gbs = config.batch.global_batch_size;
+    const std::int64_t total_updates = config.train_updates();
+    const std::int64_t warmup_updates =
+        (config.schedule.lr_warmup_samples + gbs - 1) / gbs;  // updates below the peak
+    const std::int64_t warmup_panel_updates = std::clamp<std::int64_t>(
+        warmup_updates > 0
+            ? static_cast<std::int64_t>(kWarmupPanelSpan * static_cast<double>(warmup_updates))
+            : static_cast<std::int64_t>(kNoWarmupPanelShare * static_cast<double>(total_updates)),
+        std::min<std::int64_t>(2, total_updates), total_updates);
+    const double tokens_per_update = static_cast<double>(config.tokens_per_update());
+    const TokenUnit warmup_unit =
+        token_unit(tokens_per_update * static_cast<double>(warmup_panel_updates));
+    const TokenUnit run_unit = token_unit(tokens_per_update * static_cast<double>(total_updates));
 
-// Draws the schedule into `target` atomically: gnuplot writes a temporary file beside it, which
-// is renamed over the target only when gnuplot succeeded and the SVG is complete.
-void draw_svg(const RunConfig& config, const std::string& gnuplot, const fs::path& target) {
-  std::string scratch_template = (fs::temp_directory_path() / "tandem-schedule-XXXXXX").string();
-  if (::mkdtemp(scratch_template.data()) == nullptr) {
-    throw std::runtime_error("--svg: could not create a scratch directory under " +
-                             fs::temp_directory_path().string());
-  }
-  const ScratchDirectory scratch{scratch_template};
-
-  const std::int64_t gbs = config.batch.global_batch_size;
-  const std::int64_t total_updates = config.train_updates();
-  const std::int64_t warmup_updates =
-      (config.schedule.lr_warmup_samples + gbs - 1) / gbs;  // updates below the peak
-  const std::int64_t warmup_panel_updates = std::clamp<std::int64_t>(
-      warmup_updates > 0
-          ? static_cast<std::int64_t>(kWarmupPanelSpan * static_cast<double>(warmup_updates))
-          : static_cast<std::int64_t>(kNoWarmupPanelShare * static_cast<double>(total_updates)),
-      std::min<std::int64_t>(2, total_updates), total_updates);
-  const double tokens_per_update = static_cast<double>(config.tokens_per_update());
-  const TokenUnit warmup_unit =
-      token_unit(tokens_per_update * static_cast<double>(warmup_panel_updates));
-  const TokenUnit run_unit = token_unit(tokens_per_update * static_cast<double>(total_updates));
-
-  const fs::path warmup_data = scratch.path / "warmup.dat";
-  const fs::path run_data = scratch.path / "run.dat";
-  write_panel_data(warmup_data, config, warmup_panel_updates, warmup_updates + 1,
-                   warmup_unit.divisor);
-  write_panel_data(run_data, config, total_updates, warmup_updates + 1, run_unit.divisor);
-
-  const fs::path temporary =
-      target.parent_path() / ("." + target.filename().string() + ".tmp-" +
-                              std::to_string(::getpid()));
-  const fs::path script = scratch.path / "schedule.gp";
-  {
-    std::ofstream out(script);
-    out << "set terminal svg size 1100,420 dynamic enhanced font 'sans,11' background rgb 'white'\n"
-        << "set output " << gnuplot_quoted(temporary.string()) << "\n"
-        << "set multiplot layout 1,2 title " << gnuplot_quoted(
+    const fs::path warmup_data = scratch / "warmup.dat";
+    const fs::path run_data = scratch / "run.dat";
+    write_panel_data(warmup_data, config, warmup_panel_updates, warmup_updates + 1,
+                     warmup_unit.divisor);
+    write_panel_data(run_data, config, total_updates, warmup_updates + 1, run_unit.divisor);
+    out << "set multiplot layout 1,2 title " << gnuplot_quoted(
                "learning rate by input tokens (" + to_string(config.schedule.lr_decay_style) +
                " decay, " + std::to_string(warmup_updates) + " warmup updates)") << "\n"
         << "set grid\nset key off\nset format y '%.1e'\nset ylabel 'learning rate'\n"
@@ -194,34 +133,8 @@ void draw_svg(const RunConfig& config, const std::string& gnuplot, const fs::pat
         << "set xlabel " << gnuplot_quoted("input tokens (" + run_unit.name + ")") << "\n"
         << "plot " << gnuplot_quoted(run_data.string())
         << " using 1:2 with lines linewidth 2 linecolor rgb '#1f5fa8'\n"
-        << "unset multiplot\nset output\n";
-    if (!out) throw std::runtime_error("--svg: could not write " + script.string());
-  }
-
-  const std::string script_text = script.string();
-  std::vector<char*> argv = {const_cast<char*>(gnuplot.c_str()),
-                             const_cast<char*>(script_text.c_str()), nullptr};
-  pid_t child = 0;
-  if (::posix_spawn(&child, gnuplot.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    throw std::runtime_error("--svg: could not start " + gnuplot);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  std::error_code ignored;
-  const bool succeeded = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  bool complete = false;
-  if (succeeded) {
-    std::ifstream in(temporary);
-    std::stringstream content;
-    content << in.rdbuf();
-    complete = content.str().find("</svg>") != std::string::npos;
-  }
-  if (!succeeded || !complete) {
-    fs::remove(temporary, ignored);
-    throw std::runtime_error("--svg: gnuplot failed to draw " + target.string() +
-                             " (its messages are above); nothing was written");
-  }
-  fs::rename(temporary, target);
+        << "unset multiplot\n";
+  }, "--svg");
 }
 
 Command add_schedule_command(CLI::App& parent) {
@@ -256,14 +169,7 @@ Command add_schedule_command(CLI::App& parent) {
     const RunConfig config = build_run_config(state->run, launch);  // ConfigError -> exit 2 in main
 
     std::optional<std::string> gnuplot;
-    if (!state->svg.empty()) {
-      gnuplot = find_on_path("gnuplot");
-      if (!gnuplot) {
-        throw std::runtime_error(
-            "--svg needs gnuplot, which is not on PATH; fix: install it (Debian: apt-get install "
-            "gnuplot-nox), or drop --svg");
-      }
-    }
+    if (!state->svg.empty()) gnuplot = find_gnuplot("--svg");
 
     const bool print_rows = state->csv || state->json || state->svg.empty();
     if (print_rows) {
@@ -290,7 +196,7 @@ Command add_schedule_command(CLI::App& parent) {
       }
     }
     if (gnuplot) {
-      draw_svg(config, *gnuplot, fs::path(state->svg));
+      draw_schedule_svg(config, *gnuplot, fs::path(state->svg));
       std::cerr << "wrote " << state->svg << "\n";
     }
     return 0;

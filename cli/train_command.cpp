@@ -149,6 +149,11 @@ Command add_train_command(CLI::App& parent) {
                   "long after the start (minutes, fractions allowed; Megatron's option; default: 0 = "
                   "never)")
       ->check(non_negative())->group(group);
+  sub->add_flag("--log-pipeline-timeline", options.log_pipeline_timeline,
+                "with --pipeline-model-parallel-size > 1: time every forward and backward pass of "
+                "every stage and log each iteration's timeline (a pipeline_timeline record with "
+                "the measured idle fraction beside the plan's; `tandem timeline LOG --svg FILE` "
+                "draws it) (production engine)")->group(group);
   sub->add_flag("--quiet", options.quiet, "no progress line per iteration")->group(group);
   // Test-only (hidden): make the reduced gradient of these iterations NaN (SPEC 8 tests).
   sub->add_option("--test-nonfinite-gradient-iterations", state->nonfinite_iterations)

@@ -859,6 +859,14 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                     " x " + text(parallel.data_parallel) + " = " +
                     text(samples_per_microbatch_round) + ")",
                 "use a multiple of " + text(samples_per_microbatch_round));
+  if (parallel.virtual_pipeline_stages > 1 && batch.global_batch_size % samples_per_microbatch_round == 0) {
+    const std::int64_t microbatches = batch.global_batch_size / samples_per_microbatch_round;
+    const std::string problem = interleaved_schedule_problem(parallel.pipeline_parallel, microbatches);
+    checker.check(problem.empty(), "--global-batch-size", text(batch.global_batch_size),
+                  problem + "; microbatches per replica = GBS / (--micro-batch-size x DP) = " + text(microbatches),
+                  "use a global batch size giving a multiple of " + text(parallel.pipeline_parallel) +
+                      " microbatches per replica, or drop the interleaving");
+  }
 
   // Optimizer.
   checker.check(optimizer.adam_beta1 >= 0.0 && optimizer.adam_beta1 < 1.0, "--adam-beta1",

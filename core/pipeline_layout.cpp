@@ -187,4 +187,19 @@ std::string PipelineStages::describe(std::int64_t stage) const {
   return (layers_on(stage) == 1 ? "layer " : "layers ") + out;
 }
 
+std::string interleaved_schedule_problem(std::int64_t stages, std::int64_t microbatches) {
+  const std::int64_t group = stages;  // Megatron's default microbatch_group_size_per_vp_stage
+  if (microbatches < group) {
+    return "the interleaved schedule runs groups of --pipeline-model-parallel-size (" + std::to_string(stages) +
+           ") microbatches; a replica has " + std::to_string(microbatches) + " (Megatron)";
+  }
+  const std::int64_t last_group = microbatches % group;
+  if (last_group > 0 && last_group < stages) {
+    return "the interleaved schedule's microbatches per replica (" + std::to_string(microbatches) +
+           ") must be a multiple of --pipeline-model-parallel-size (" + std::to_string(stages) +
+           "): the last group would hold " + std::to_string(last_group) + " (Megatron)";
+  }
+  return "";
+}
+
 }  // namespace tandem

@@ -84,4 +84,10 @@ class PipelineStages {
   std::vector<LayerRange> ranges_;  // [v * PP], chunk-major: index chunk * PP + stage
 };
 
+// Why Megatron would refuse its interleaved schedule for `microbatches` per replica on `stages`
+// pipeline stages, or "" when it runs: its microbatch_group_size_per_vp_stage (here always its
+// default, the stages) must lie in [stages, microbatches], and the last group be whole or hold
+// at least `stages` (schedules.py forward_backward_pipelining_with_interleaving).
+std::string interleaved_schedule_problem(std::int64_t stages, std::int64_t microbatches);
+
 }  // namespace tandem

@@ -10,6 +10,7 @@
 #include "core/data/indexed_dataset.hpp"
 #include "core/data/packing.hpp"
 #include "core/init.hpp"
+#include "core/pipeline_layout.hpp"
 #include "equivalence/float_generator.hpp"
 
 namespace tandem::equivalence {
@@ -125,6 +126,13 @@ RunConfig with_layout(RunConfig config, const BatchLayout& layout) {
   return config;
 }
 
+BatchLayout interleaving_kept_valid(BatchLayout layout) {
+  if (layout.virtual_stages > 1 && !interleaved_schedule_problem(layout.pipeline_parallel, layout.microbatches).empty()) {
+    layout.virtual_stages = 1;
+  }
+  return layout;
+}
+
 BatchLayout without_model_parallelism(BatchLayout layout) {
   layout.tensor_parallel = 1;
   layout.sequence_parallel = false;
@@ -199,6 +207,22 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
                : layouts_of_stages.front();
     c.test_layout.pipeline_parallel = stages;
     c.test_layout.virtual_stages = chunks;
+    // Megatron's interleaved schedule runs groups of PP microbatches: a layout that gives each
+    // replica a multiple of PP, when the batch has one.
+    if (chunks > 1) {
+      std::vector<BatchLayout> grouped;
+      for (const BatchLayout& layout : layouts) {
+        if (interleaved_schedule_problem(stages, layout.microbatches).empty()) grouped.push_back(layout);
+      }
+      if (grouped.empty()) {
+        c.test_layout.virtual_stages = 1;
+      } else {
+        const BatchLayout chosen = *rc::gen::elementOf(grouped);
+        c.test_layout.micro_batch_size = chosen.micro_batch_size;
+        c.test_layout.microbatches = chosen.microbatches;
+        c.test_layout.data_parallel = chosen.data_parallel;
+      }
+    }
     // SPEC 5: microbatch-mean is not split-invariant, so its reference runs the same layout.
     c.reference_layout = data.loss_normalization == LossNormalization::per_token
                              ? *rc::gen::elementOf(layouts)

@@ -97,6 +97,9 @@ std::vector<BatchLayout> all_layouts(std::int64_t gbs);
 
 // The layout's data-parallel part: the same replicas, microbatches and mbs, TP 1 (the reference's
 // layout for a twin's: the reference has no model parallelism, SPEC 13).
+// The layout without its model chunks when Megatron's interleaved schedule would refuse its
+// microbatches per replica (core/pipeline_layout.hpp interleaved_schedule_problem).
+BatchLayout interleaving_kept_valid(BatchLayout layout);
 BatchLayout without_model_parallelism(BatchLayout layout);
 
 // The TP sizes a model can be split over (1 always): H, F and the padded vocabulary divisible, G a

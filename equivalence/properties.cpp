@@ -118,6 +118,7 @@ void adapt_to(const TwinKind& kind, UpdateCase& c) {
     c.test_layout.pipeline_parallel = pp;
     c.test_layout.virtual_stages = 1;
   }
+  c.test_layout = interleaving_kept_valid(c.test_layout);
   if (!kind.injects_any_value && c.injection.iteration > 0 && !c.injection.on_loss) {
     c.injection.value = std::numeric_limits<double>::quiet_NaN();
     c.injection.element = 0;

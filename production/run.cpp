@@ -82,6 +82,29 @@ RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& p
 
 namespace {
 
+// {"type":"pipeline_timeline"} (docs/PRODUCTION.md "Pipeline parallelism"): every stage's passes
+// as [kind, microbatch, chunk, start, end] (seconds from the iteration's common start), each
+// stage's busy time, the idle fraction measured and the plan's.
+nlohmann::json timeline_record(const PipelineTimeline& timeline, const RunConfig& config, double plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (std::size_t stage = 0; stage < timeline.stages.size(); ++stage) {
+    nlohmann::json passes = nlohmann::json::array();
+    for (const TimedPass& timed : timeline.stages[stage]) {
+      passes.push_back({timed.pass.forward ? "F" : "B", timed.pass.microbatch, timed.pass.chunk, timed.start, timed.end});
+    }
+    stages.push_back({{"stage", stage}, {"busy_seconds", timeline.busy(stage)}, {"passes", std::move(passes)}});
+  }
+  return {{"type", "pipeline_timeline"},
+          {"iteration", timeline.iteration},
+          {"pipeline_stages", config.parallel.pipeline_parallel},
+          {"model_chunks_per_rank", config.parallel.virtual_pipeline_stages},
+          {"microbatches_per_replica", config.microbatches_per_replica()},
+          {"span_seconds", timeline.span()},
+          {"idle_fraction", timeline.idle_fraction()},
+          {"plan_idle_fraction", plan},
+          {"stages", std::move(stages)}};
+}
+
 // "stage 0: the embedding, layers 0-1" ... for the log header.
 std::vector<std::string> pipeline_stage_texts(const PipelineStages& stages) {
   std::vector<std::string> out;
@@ -165,6 +188,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   }
   ProductionOptions production;
   production.device = choose_device(options.device);
+  production.pipeline_timeline = options.log_pipeline_timeline;
   // A node with more ranks than devices puts several ranks on each (their collectives are staged
   // through host memory: launched_rank_setup); one rank per device otherwise.
   if (production.device == Device::cuda) {
@@ -260,7 +284,8 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
           {"schedule", trainer.pipeline_group().size() == 1 ? "none"
                        : trainer.pipeline_stages().virtual_stages() == 1
                            ? "1F1B (Megatron's, not interleaved)"
-                           : "one microbatch at a time through the model chunks (interleaved 1F1B not built)"},
+                           : "interleaved 1F1B (Megatron's, groups of " +
+                                 std::to_string(trainer.pipeline_group().size()) + " microbatches)"},
           {"activation_slots", trainer.model().activation_slots()}}},
         {"data_parallel",
          {{"ranks", trainer.replicas().size()},
@@ -318,6 +343,21 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   if (validation) {
     driver.evaluate = [&trainer, &validation, &config] {
       return trainer.evaluate(validation, config.evaluation.eval_iters);
+    };
+  }
+  if (trainer.pipeline_group().size() > 1 && options.log_pipeline_timeline) {
+    driver.after_iteration = [&trainer, &config, &log, &out, &options] {
+      const PipelineTimeline& timeline = *trainer.last_timeline();
+      const double plan = pipeline_bubble_fraction(config.parallel.pipeline_parallel,
+                                                   config.microbatches_per_replica(),
+                                                   config.parallel.virtual_pipeline_stages);
+      if (log.is_open()) log.write(timeline_record(timeline, config, plan));
+      if (!options.quiet) {
+        out << "  pipeline: " << std::fixed << std::setprecision(1) << 100.0 * timeline.idle_fraction()
+            << "% idle over " << timeline.stages.size() << " stages x " << std::setprecision(3) << timeline.span()
+            << " s (plan's bubble " << std::setprecision(1) << 100.0 * plan << "%)\n"
+            << std::defaultfloat << std::setprecision(6) << std::flush;
+      }
     };
   }
   driver.any_rank = [&trainer](bool flag) {

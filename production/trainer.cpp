@@ -62,6 +62,10 @@ AdamwHyper adamw_hyper(const OptimizerConfig& optimizer, std::int64_t step, doub
   return hyper;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout) {
@@ -167,53 +171,117 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   if (!tied.empty()) embedding_comm_ = TensorParallelComm(*backend_, embedding_group_, tied.front().count);
   model_ = std::make_unique<DecoderModel>(config_.model, layout_, *backend_, decoder);
   row_losses_ = Buffer<float>(*backend_, config_.microbatches_per_replica() * model_->rows());
-  if (split_.pipeline_size() > 1) outgoing_ = Buffer<std::uint8_t>(*backend_, model_->stream_bytes());
+  if (split_.pipeline_size() > 1) {  // an exchange moves at most two messages each way (an interleaved step)
+    outgoing_ = Buffer<std::uint8_t>(*backend_, 2 * model_->stream_bytes());
+    incoming_ = Buffer<std::uint8_t>(*backend_, 2 * model_->stream_bytes());
+  }
 }
 
 std::vector<PipelinePass> Trainer::training_passes() const {
   const std::int64_t microbatches = config_.microbatches_per_replica();
-  if (split_.pipeline_size() > 1 && stages_->virtual_stages() == 1) {
+  if (split_.pipeline_size() == 1) return one_microbatch_at_a_time(1, microbatches);
+  if (stages_->virtual_stages() == 1) {
     return one_forward_one_backward(split_.pipeline_size(), split_.pipeline_stage(), microbatches);
   }
-  return one_microbatch_at_a_time(stages_->virtual_stages(), microbatches);
+  return interleaved_one_forward_one_backward(split_.pipeline_size(), split_.pipeline_stage(),
+                                              stages_->virtual_stages(), microbatches);
 }
 
 void Trainer::run_passes(const std::vector<PipelinePass>& passes,
-                         const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body) {
+                         const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body,
+                         std::vector<TimedPass>* timings) {
   const std::int64_t slots = model_->activation_slots();
-  const bool pipelined = split_.pipeline_size() > 1;
-  const std::int64_t stages = split_.pipeline_size();
-  const std::int64_t stage = split_.pipeline_stage();
-  // The virtual stages run chunk-major (core/pipeline_layout.hpp): chunk c of stage s follows
-  // chunk c of stage s - 1, and chunk c of stage 0 follows chunk c - 1 of the last stage.
-  const auto previous = static_cast<int>(stage > 0 ? stage - 1 : stages - 1);
-  const auto next = static_cast<int>(stage + 1 < stages ? stage + 1 : 0);
-  const std::int64_t bytes = pipelined ? model_->stream_bytes() : 0;
-  PeerExchange exchange;  // the send still to make, then the receive of the pass about to run
-  for (const PipelinePass& pass : passes) {
-    if (pipelined) {
-      if (pass.forward && !model_->starts_model(pass.chunk)) exchange.from = previous;
-      if (!pass.forward && !model_->ends_model(pass.chunk)) exchange.from = next;
-      if (exchange.from != -1) {
-        exchange.received = pass.forward ? model_->stream() : model_->stream_grad();
-        exchange.received_bytes = bytes;
-      }
-      if (exchange.to != -1 || exchange.from != -1) pipeline_group_->exchange_with_peers(exchange);
-      exchange = {};
-    }
-    pass_body(pass, pass.microbatch % slots);
-    if (!pipelined) continue;
-    // Copied out, so that the next pass may receive into the same buffer in the same exchange.
-    const bool sends_stream = pass.forward && !model_->ends_model(pass.chunk);
-    const bool sends_gradient = !pass.forward && !model_->starts_model(pass.chunk);
-    if (sends_stream || sends_gradient) {
-      backend_->copy(outgoing_.data(), sends_stream ? model_->stream() : model_->stream_grad(), bytes);
-      exchange.sent = outgoing_.data();
-      exchange.sent_bytes = bytes;
-      exchange.to = sends_stream ? next : previous;
+  if (split_.pipeline_size() == 1) {
+    for (const PipelinePass& pass : passes) pass_body(pass, pass.microbatch % slots);
+    return;
+  }
+  // Each exchange sends from slots of outgoing_ (a pass's output copied there when it has run, so
+  // that the next pass may overwrite the stream) and receives into slots of incoming_ (copied
+  // into the stream just before the pass that takes it).
+  const std::int64_t bytes = model_->stream_bytes();
+  const std::vector<StageExchange> exchanges =
+      stage_exchanges(passes, split_.pipeline_size(), split_.pipeline_stage(), stages_->virtual_stages());
+  std::vector<std::int64_t> sent_from(passes.size(), -1);  // pass -> outgoing slot
+  std::vector<std::int64_t> taken_from(passes.size(), -1);  // pass -> incoming slot
+  for (const StageExchange& exchange : exchanges) {
+    for (std::size_t k = 0; k < exchange.sends.size(); ++k) sent_from[exchange.sends[k].pass] = static_cast<std::int64_t>(k);
+    for (std::size_t k = 0; k < exchange.receives.size(); ++k) {
+      taken_from[exchange.receives[k].pass] = static_cast<std::int64_t>(k);
     }
   }
-  if (exchange.to != -1) pipeline_group_->exchange_with_peers(exchange);
+  const auto run_exchange = [&](const StageExchange& exchange) {
+    PeerExchange peers;
+    for (std::size_t k = 0; k < exchange.sends.size(); ++k) {
+      peers.sends.push_back({outgoing_.at(static_cast<std::int64_t>(k) * bytes), bytes, exchange.sends[k].peer});
+    }
+    for (std::size_t k = 0; k < exchange.receives.size(); ++k) {
+      peers.receives.push_back({incoming_.at(static_cast<std::int64_t>(k) * bytes), bytes, exchange.receives[k].peer});
+    }
+    pipeline_group_->exchange_with_peers(peers);
+  };
+  auto exchange = exchanges.begin();
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    const PipelinePass& pass = passes[i];
+    if (exchange != exchanges.end() && exchange->before == i) run_exchange(*exchange++);
+    if (taken_from[i] != -1) {
+      backend_->copy(pass.forward ? model_->stream() : model_->stream_grad(), incoming_.at(taken_from[i] * bytes), bytes);
+    }
+    if (timings != nullptr) {  // the pass's work done when its stream is: the backend synchronized
+      const double start = seconds_since(timing_start_);
+      pass_body(pass, pass.microbatch % slots);
+      backend_->synchronize();
+      timings->push_back({pass, start, seconds_since(timing_start_)});
+    } else {
+      pass_body(pass, pass.microbatch % slots);
+    }
+    if (sent_from[i] != -1) {
+      backend_->copy(outgoing_.at(sent_from[i] * bytes), pass.forward ? model_->stream() : model_->stream_grad(), bytes);
+    }
+  }
+  if (exchange != exchanges.end()) run_exchange(*exchange++);
+}
+
+PipelineTimeline Trainer::gather_timeline(std::int64_t iteration, const std::vector<TimedPass>& mine) const {
+  // [forward, microbatch, chunk, start, end] per pass: every stage runs v x 2M passes.
+  std::vector<double> packed;
+  for (const TimedPass& timed : mine) {
+    packed.insert(packed.end(), {timed.pass.forward ? 1.0 : 0.0, static_cast<double>(timed.pass.microbatch),
+                                 static_cast<double>(timed.pass.chunk), timed.start, timed.end});
+  }
+  const std::vector<double> all = all_gather_values(*pipeline_group_, packed);
+  PipelineTimeline timeline;
+  timeline.iteration = iteration;
+  timeline.stages.resize(static_cast<std::size_t>(split_.pipeline_size()));
+  for (std::size_t stage = 0; stage < timeline.stages.size(); ++stage) {
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const double* fields = all.data() + (stage * mine.size() + i) * 5;
+      PipelinePass pass{fields[0] != 0.0, static_cast<std::int64_t>(fields[1]), static_cast<std::int64_t>(fields[2])};
+      timeline.stages[stage].push_back({pass, fields[3], fields[4]});
+    }
+  }
+  return timeline;
+}
+
+double PipelineTimeline::span() const {
+  double span = 0.0;
+  for (const auto& passes : stages) {
+    for (const TimedPass& timed : passes) span = std::max(span, timed.end);
+  }
+  return span;
+}
+
+double PipelineTimeline::busy(std::size_t stage) const {
+  double busy = 0.0;
+  for (const TimedPass& timed : stages.at(stage)) busy += timed.end - timed.start;
+  return busy;
+}
+
+double PipelineTimeline::idle_fraction() const {
+  const double whole = span() * static_cast<double>(stages.size());
+  if (whole <= 0.0) return 0.0;
+  double idle = 0.0;
+  for (std::size_t stage = 0; stage < stages.size(); ++stage) idle += span() - busy(stage);
+  return idle / whole;
 }
 
 // The compute weights from this rank's main state: converted (bf16) or copied (fp32 with the
@@ -583,6 +651,13 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
   // One stage: each microbatch's forward, then its backward. Pipeline stages: the schedule's
   // passes (1F1B), which add each stage's microbatches in the same order. The weight gathers are
   // waited for in microbatch 0's forward, the buckets reduced in microbatch M-1's backward.
+  const bool timed = options_.pipeline_timeline && split_.pipeline_size() > 1;
+  std::vector<TimedPass> timings;
+  if (timed) {  // a common start: every stage leaves the barrier together
+    backend_->synchronize();
+    pipeline_group_->barrier();
+    timing_start_ = std::chrono::steady_clock::now();
+  }
   run_passes(training_passes(), [&](const PipelinePass& pass, std::int64_t slot) {
     const auto m = static_cast<std::size_t>(pass.microbatch);
     ModelHooks hooks = exchange_.model_hooks(m, microbatches);
@@ -595,7 +670,9 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
       model_->backward_chunk(compute_weights(), slot, pass.chunk, scales[m], exchange_.main_grads().data(),
                              row_losses_.at(pass.microbatch * rows));
     }
-  });
+  }, timed ? &timings : nullptr);
+  last_timeline_.reset();
+  if (timed) last_timeline_ = gather_timeline(counters_.iteration + 1, timings);
   exchange_.finish_reduction();
   sum_replicated_gradients_over_tp();
   sum_tied_embedding_gradients();

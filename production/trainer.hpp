@@ -27,10 +27,12 @@
 // (tests/production_data_parallel_test.cpp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <vector>
@@ -74,8 +76,27 @@ struct ProductionOptions {
   // with PP 1). Made after the three above, in this order.
   CollectivesFactory pipeline;
   CollectivesFactory embedding;
+  // PP > 1: time every pass of every stage (Trainer::last_timeline; --log-pipeline-timeline).
+  bool pipeline_timeline = false;
   // Injected faults and negative controls (step_hooks.hpp, make_test_hooks); null on a user's run.
   std::shared_ptr<const StepHooks> hooks;
+};
+
+// One iteration's passes on every pipeline stage as they ran: seconds from a common start (after
+// a barrier of the pipeline group; one clock on one node, the barrier's skew between nodes).
+struct TimedPass {
+  PipelinePass pass;
+  double start = 0.0;
+  double end = 0.0;
+};
+struct PipelineTimeline {
+  std::int64_t iteration = 0;
+  std::vector<std::vector<TimedPass>> stages;  // [PP][passes in the order the stage ran them]
+  double span() const;                         // the last pass's end on any stage
+  double busy(std::size_t stage) const;        // the stage's passes' time
+  // Idle time over every stage's span: sum over stages of (span - busy) / (PP x span); the plan's
+  // bubble (p - 1) / (v m + p - 1) when the passes take their ideal times.
+  double idle_fraction() const;
 };
 
 // The main state on the host, as a checkpoint holds it (fp32, SPEC 9).
@@ -167,6 +188,8 @@ class Trainer {
   // every rank must set it alike, as set_audit_elements).
   void keep_last_gradient(bool keep) { keep_last_gradient_ = keep; }
   const std::vector<float>& last_gradient() const { return last_gradient_; }
+  // The last iteration's pipeline timeline (ProductionOptions::pipeline_timeline, PP > 1), else empty.
+  const std::optional<PipelineTimeline>& last_timeline() const { return last_timeline_; }
   // The last iteration's masked CE sum (double, summed over rows in order) for tests.
   double last_loss_sum() const { return last_loss_sum_; }
   // The model (its activation memory: docs/PRODUCTION.md "Memory").
@@ -193,12 +216,16 @@ class Trainer {
   void count_update(IterationRecord& record, bool successful);          // SPEC 8, 1
 
   // Pipeline parallelism: this stage's passes over M microbatches (pipeline_schedule.hpp: 1F1B
-  // with one chunk a rank, else one microbatch at a time), and their execution: `pass_body` runs
-  // each pass in its activation slot, and the stream (or its gradient) a pass sends is exchanged
-  // with the previous or next stage together with what the pass after it receives.
+  // with one chunk a rank, else the interleaved 1F1B), and their execution: `pass_body` runs each
+  // pass in its activation slot, and the streams (or their gradients) a step's passes send are
+  // exchanged with the previous or next stage together with what the next step receives
+  // (stage_exchanges).
   std::vector<PipelinePass> training_passes() const;
   void run_passes(const std::vector<PipelinePass>& passes,
-                  const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body);
+                  const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body,
+                  std::vector<TimedPass>* timings = nullptr);
+  // Every stage's timings gathered over the pipeline group (each stage runs as many passes).
+  PipelineTimeline gather_timeline(std::int64_t iteration, const std::vector<TimedPass>& mine) const;
 
   // This rank's samples of microbatch m of the global batch after `consumed` samples (SPEC 2).
   std::vector<Sample> microbatch_samples(const SampleProvider& source, std::int64_t consumed,
@@ -261,7 +288,10 @@ class Trainer {
   std::unique_ptr<UpdateAudit> audit_;
   Buffer<float> row_losses_;       // [microbatches, mbs*seq] masked CE per position
   std::unique_ptr<DecoderModel> model_;
-  Buffer<std::uint8_t> outgoing_;  // [stream bytes] what this stage sends next (PP > 1)
+  Buffer<std::uint8_t> outgoing_;  // [2, stream bytes] what this stage sends next (PP > 1)
+  std::optional<PipelineTimeline> last_timeline_;
+  std::chrono::steady_clock::time_point timing_start_;  // of the iteration's passes (timed)
+  Buffer<std::uint8_t> incoming_;  // [2, stream bytes] what it received for the passes ahead
 
   bool keep_last_gradient_ = false;
   std::vector<float> last_gradient_;  // [N] filled only when keep_last_gradient_ (tests)

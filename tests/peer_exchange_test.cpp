@@ -26,8 +26,8 @@ TEST(PeerExchange, AReceiverExpectingOtherBytesIsTold) {
   try {
     run_thread_group(group, [&](int rank) {
       float values[4] = {1.0f, 2.0f, 3.0f, 4.0f};
-      if (rank == 0) group[0]->exchange_with_peers({values, 16, 1, nullptr, 0, -1});
-      if (rank == 1) group[1]->exchange_with_peers({nullptr, 0, -1, values, 12, 0});
+      if (rank == 0) group[0]->exchange_with_peers({.sends = {{values, 16, 1}}, .receives = {}});
+      if (rank == 1) group[1]->exchange_with_peers({.sends = {}, .receives = {{values, 12, 0}}});
     });
     ADD_FAILURE() << "a 16-byte message was taken as 12 bytes";
   } catch (const std::runtime_error& error) {
@@ -41,7 +41,7 @@ TEST(PeerExchange, AFailingSenderReleasesItsReceiver) {
     run_thread_group(group, [&](int rank) {
       float value = 0.0f;
       if (rank == 0) throw std::invalid_argument("stage 0 failed before sending");
-      group[1]->exchange_with_peers({nullptr, 0, -1, &value, 4, 0});
+      group[1]->exchange_with_peers({.sends = {}, .receives = {{&value, 4, 0}}});
     });
     ADD_FAILURE() << "the failure was not rethrown";
   } catch (const std::invalid_argument& error) {
@@ -52,9 +52,10 @@ TEST(PeerExchange, AFailingSenderReleasesItsReceiver) {
 TEST(PeerExchange, APeerOutsideTheGroupOrItselfIsRefused) {
   const auto group = make_thread_group(2);
   float value = 0.0f;
-  EXPECT_THROW(group[0]->exchange_with_peers({&value, 4, 2, nullptr, 0, -1}), std::invalid_argument);
-  EXPECT_THROW(group[0]->exchange_with_peers({&value, 4, 0, nullptr, 0, -1}), std::invalid_argument);
-  EXPECT_THROW(single_rank_collectives()->exchange_with_peers({&value, 4, 1, nullptr, 0, -1}), std::logic_error);
+  EXPECT_THROW(group[0]->exchange_with_peers({.sends = {{&value, 4, 2}}, .receives = {}}), std::invalid_argument);
+  EXPECT_THROW(group[0]->exchange_with_peers({.sends = {{&value, 4, 0}}, .receives = {}}), std::invalid_argument);
+  EXPECT_THROW(group[0]->exchange_with_peers({.sends = {}, .receives = {{&value, 4, -1}}}), std::invalid_argument);
+  EXPECT_THROW(single_rank_collectives()->exchange_with_peers({.sends = {{&value, 4, 1}}, .receives = {}}), std::logic_error);
   single_rank_collectives()->exchange_with_peers({});  // nothing to send or receive
 }
 

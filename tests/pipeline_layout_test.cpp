@@ -210,8 +210,22 @@ TEST(PipelineLayout, TheCommandLineReachesTheSplit) {
   EXPECT_EQ(stages.layers(1, 0), (LayerRange{1, 4}));
   EXPECT_EQ(stages.layers(3, 0), (LayerRange{7, 10}));
   const RunConfig interleaved = config({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
-                                        "--num-virtual-stages-per-pipeline-rank", "2", "--world-size", "2"});
+                                        "--num-virtual-stages-per-pipeline-rank", "2", "--world-size", "2",
+                                        "--micro-batch-size", "1", "--global-batch-size", "4"});
   EXPECT_EQ(interleaved.parallel.virtual_pipeline_stages, 2);
+  // Megatron's interleaved schedule runs groups of PP microbatches: 3 per replica on 2 stages
+  // leave a last group of 1.
+  try {
+    (void)config({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                  "2", "--world-size", "2", "--micro-batch-size", "1", "--global-batch-size", "3"});
+    ADD_FAILURE() << "3 microbatches on 2 interleaved stages were accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(error.issues().front().field, "--global-batch-size");
+    EXPECT_EQ(error.issues().front().rule,
+              "the interleaved schedule's microbatches per replica (3) must be a multiple of "
+              "--pipeline-model-parallel-size (2): the last group would hold 1 (Megatron); microbatches per "
+              "replica = GBS / (--micro-batch-size x DP) = 3");
+  }
   try {
     (void)config({"--num-layers", "10", "--pipeline-model-parallel-size", "4", "--world-size", "4"});
     ADD_FAILURE() << "10 layers on 4 stages were accepted";

@@ -7,6 +7,7 @@
 // Kind of comparison: exact (exit codes, header fields, bytes of checkpoint tensors, exported
 // tensors against the checkpoint's).
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,61 @@ TEST_F(PipelineParallelCli, TwoStagesOnTwoMpiRanksTrainResumeBitExactlyAndExport
   for (const auto& tensor : saved.model_tensors) {
     EXPECT_EQ(checkpoint::find_tensor(hf.tensors, tensor.name, "export"), tensor) << tensor.name;
   }
+}
+
+TEST_F(PipelineParallelCli, InterleavedStagesOnTwoMpiRanksTrainAndResumeBitExactly) {
+  const std::string mpirun = testing::mpirun_prefix(2);
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed";
+  // 4 layers, 2 chunks a rank (stage 0: layers 0 and 2), 4 microbatches a replica: Megatron's
+  // interleaved 1F1B with its steady steps.
+  const std::vector<std::string> layout = {"--pipeline-model-parallel-size", "2", "--num-layers", "4",
+                                           "--num-virtual-stages-per-pipeline-rank", "2", "--micro-batch-size", "1",
+                                           "--log-pipeline-timeline"};
+  expect_resume_equals_straight("vp2", [&](std::vector<std::string> extra) { return tiny(joined(layout, extra)); },
+                                2, 6, mpirun);
+  const auto log = root_ / "vp2-straight" / "log.jsonl";
+  const auto records = read_log(log);
+  const auto& header = records.at(0);
+  EXPECT_EQ(header["pipeline_parallel"]["schedule"], "interleaved 1F1B (Megatron's, groups of 2 microbatches)")
+      << header.dump();
+  EXPECT_EQ(header["pipeline_parallel"]["model_chunks_per_rank"], 2) << header.dump();
+  EXPECT_EQ(header["pipeline_parallel"]["stages"][0], "stage 0: the embedding, layers 0, 2") << header.dump();
+  // --log-pipeline-timeline: a timeline after each iteration's record, every stage's 2 x 2 x 4 passes.
+  std::int64_t timelines = 0;
+  for (std::size_t i = 1; i < records.size(); ++i) {
+    if (records[i]["type"] != "pipeline_timeline") continue;
+    ++timelines;
+    EXPECT_EQ(records[i - 1]["type"], "iteration") << records[i].dump();
+    EXPECT_EQ(records[i]["iteration"], records[i - 1]["iteration"]) << records[i].dump();
+    EXPECT_EQ(records[i]["stages"].size(), 2u) << records[i].dump();
+    EXPECT_EQ(records[i]["stages"][1]["passes"].size(), 16u) << records[i].dump();
+    EXPECT_DOUBLE_EQ(records[i]["plan_idle_fraction"].get<double>(), 1.0 / 9.0) << records[i].dump();  // (2-1)/(2x4+1)
+  }
+  EXPECT_EQ(timelines, 6);
+  // `tandem timeline` reads it and draws it.
+  const auto shown = run_tandem({"timeline", log.string(), "--iteration", "3", "--svg", (root_ / "t.svg").string()},
+                                "", "2>&1");
+  ASSERT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("iteration 3: 2 pipeline stages x 2 model chunks, 4 microbatches per replica"),
+            std::string::npos)
+      << shown.output;
+  EXPECT_NE(shown.output.find("the plan's bubble 11.1%"), std::string::npos) << shown.output;
+  EXPECT_NE(testing::bytes_of(root_ / "t.svg").find("</svg>"), std::string::npos);
+  // A log without timelines says how to get them; a missing one, that it cannot be read.
+  const auto untimed = root_ / "untimed.jsonl";
+  {
+    std::ofstream out(untimed);
+    out << header.dump() << "\n";
+  }
+  const auto none = run_tandem({"timeline", untimed.string()}, "", "2>&1");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.output.find("holds no pipeline_timeline record; fix: train with --pipeline-model-parallel-size > 1 "
+                             "and --log-pipeline-timeline"),
+            std::string::npos)
+      << none.output;
+  const auto missing = run_tandem({"timeline", (root_ / "missing.jsonl").string()}, "", "2>&1");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("cannot read"), std::string::npos) << missing.output;
 }
 
 TEST_F(PipelineParallelCli, TheSeedsLayoutInMiniatureOnEightMpiRanksResumesBitExactly) {

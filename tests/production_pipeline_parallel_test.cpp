@@ -77,8 +77,9 @@ TEST(PipelineParallel, IterationZeroIsTheSameWeightsForEveryLayout) {
 TEST(PipelineParallel, AnUntiedModelWithoutClippingIsBitwiseOneStage) {
   // Exact: each stage runs its layers' operations on the bytes the previous stage sent; the loss
   // is the last stage's sum in PP 1's order. Only the norm is summed per stage (not compared).
-  const auto run = [](std::int64_t pp, std::int64_t dp, std::int64_t chunks) {
+  const auto run = [](std::int64_t pp, std::int64_t dp, std::int64_t chunks, std::int64_t layers) {
     RunConfig config = pp_run(pp, 1, dp);
+    config.model.num_layers = layers;
     config.optimizer.clip_grad = 0.0;
     config.parallel.virtual_pipeline_stages = chunks;
     Ranks ranks(config);
@@ -86,14 +87,106 @@ TEST(PipelineParallel, AnUntiedModelWithoutClippingIsBitwiseOneStage) {
     for (int i = 0; i < 3; ++i) losses.push_back(ranks.run().front().loss);
     return std::make_pair(losses, ranks.state());
   };
+  // The interleaved 1F1B too: each chunk's backwards in microbatch order (PP 2 x 2 chunks with
+  // 4 microbatches a replica, and with 2, all in warmup; PP 4 x 2 chunks).
   for (const auto& [pp, dp, chunks] : {std::tuple{2, 1, 1}, std::tuple{4, 1, 1}, std::tuple{2, 2, 1},
-                                       std::tuple{2, 1, 2}}) {
-    const auto [losses, state] = run(1, dp, 1);  // one stage, the same replicas
-    const auto [pp_losses, pp_state] = run(pp, dp, chunks);
+                                       std::tuple{2, 1, 2}, std::tuple{2, 2, 2}, std::tuple{4, 1, 2}}) {
+    const auto [losses, state] = run(1, dp, 1, 4 * chunks);  // one stage, the same replicas and layers
+    const auto [pp_losses, pp_state] = run(pp, dp, chunks, 4 * chunks);
     const std::string what = "PP " + std::to_string(pp) + " DP " + std::to_string(dp) + " chunks " +
                              std::to_string(chunks);
     EXPECT_EQ(pp_losses, losses) << what;
     expect_same_state(pp_state, state, what);
+  }
+}
+
+TEST(PipelineParallel, TheTimelineHoldsEveryStagesPassesInScheduleOrderOnOneClock) {
+  for (const auto& [pp, chunks] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+    RunConfig config = pp_run(pp);
+    config.model.num_layers = 4 * chunks;
+    config.parallel.virtual_pipeline_stages = chunks;
+    const std::string what = "PP " + std::to_string(pp) + " x " + std::to_string(chunks) + " chunks";
+    production::ProductionOptions options = testing::cpu_options();
+    options.pipeline_timeline = true;
+    Ranks ranks(config, options);
+    ranks.run();
+    std::vector<production::PipelineTimeline> timelines(static_cast<std::size_t>(pp));
+    ranks.ranks.each([&](const Trainer& trainer, int rank) {
+      ASSERT_TRUE(trainer.last_timeline().has_value()) << what;
+      timelines[static_cast<std::size_t>(rank)] = *trainer.last_timeline();
+    });
+    const production::PipelineTimeline& timeline = timelines.front();
+    EXPECT_EQ(timeline.iteration, 1) << what;
+    ASSERT_EQ(timeline.stages.size(), static_cast<std::size_t>(pp)) << what;
+    const std::int64_t microbatches = config.microbatches_per_replica();
+    for (std::int64_t stage = 0; stage < pp; ++stage) {
+      const auto schedule = chunks == 1
+                                ? production::one_forward_one_backward(pp, stage, microbatches)
+                                : production::interleaved_one_forward_one_backward(pp, stage, chunks, microbatches);
+      const auto& passes = timeline.stages[static_cast<std::size_t>(stage)];
+      ASSERT_EQ(passes.size(), schedule.size()) << what;
+      double previous_end = 0.0;
+      for (std::size_t i = 0; i < passes.size(); ++i) {
+        EXPECT_EQ(passes[i].pass.forward, schedule[i].forward) << what << " stage " << stage << " pass " << i;
+        EXPECT_EQ(passes[i].pass.microbatch, schedule[i].microbatch) << what << " stage " << stage << " pass " << i;
+        EXPECT_EQ(passes[i].pass.chunk, schedule[i].chunk) << what << " stage " << stage << " pass " << i;
+        // One pass at a time on a stage, on the iteration's clock.
+        EXPECT_LE(previous_end, passes[i].start) << what << " stage " << stage << " pass " << i;
+        EXPECT_LT(passes[i].start, passes[i].end) << what << " stage " << stage << " pass " << i;
+        previous_end = passes[i].end;
+      }
+      EXPECT_LE(timeline.busy(static_cast<std::size_t>(stage)), timeline.span()) << what;
+    }
+    EXPECT_GE(timeline.idle_fraction(), 0.0) << what;
+    EXPECT_LT(timeline.idle_fraction(), 1.0) << what;
+    // Every rank holds the same gathered timeline.
+    for (const auto& other : timelines) {
+      for (std::size_t stage = 0; stage < other.stages.size(); ++stage) {
+        for (std::size_t i = 0; i < other.stages[stage].size(); ++i) {
+          EXPECT_EQ(other.stages[stage][i].start, timeline.stages[stage][i].start) << what;
+          EXPECT_EQ(other.stages[stage][i].end, timeline.stages[stage][i].end) << what;
+        }
+      }
+    }
+  }
+  // Not asked for: none.
+  Ranks untimed(pp_run(2));
+  untimed.run();
+  untimed.ranks.each([](const Trainer& trainer, int) { EXPECT_FALSE(trainer.last_timeline().has_value()); });
+}
+
+TEST(PipelineParallel, EvaluationOnEveryStageLayoutIsBitwiseOneStage) {
+  // Forward only, one microbatch at a time through the stages and chunks; the loss is the last
+  // stage's sum in one stage's order: bit for bit the one-stage evaluation, at iteration 0 (the
+  // same weights for every layout, tied or not) and after two updates of an untied model without
+  // clipping (whose training is bitwise one stage).
+  const testing::StreamSamples validation = testing::tiny_production_samples();
+  const auto evaluate = [&](std::int64_t pp, std::int64_t chunks, bool tied, int updates) {
+    RunConfig config = pp_run(pp);
+    config.model.num_layers = 4 * chunks;
+    config.model.tie_embeddings = tied;
+    config.optimizer.clip_grad = 0.0;
+    config.parallel.virtual_pipeline_stages = pp > 1 ? chunks : 1;  // one stage: the same layers, no chunks
+    Ranks ranks(config);
+    for (int i = 0; i < updates; ++i) ranks.run();
+    std::vector<EvaluationRecord> records(static_cast<std::size_t>(pp));
+    ranks.ranks.each([&](Trainer& trainer, int rank) {
+      records[static_cast<std::size_t>(rank)] = trainer.evaluate(validation, 2);
+    });
+    for (const EvaluationRecord& record : records) EXPECT_EQ(record.loss, records.front().loss);
+    return records.front();
+  };
+  for (const auto& [pp, chunks, tied, updates] :
+       {std::tuple{2, 1, true, 0}, std::tuple{4, 1, false, 0}, std::tuple{2, 2, true, 0}, std::tuple{2, 1, false, 2},
+        std::tuple{2, 2, false, 2}}) {
+    const std::string what = "PP " + std::to_string(pp) + " x " + std::to_string(chunks) + " chunks" +
+                             (tied ? " tied" : "") + " after " + std::to_string(updates) + " updates";
+    const EvaluationRecord one_stage = evaluate(1, chunks, tied, updates);
+    const EvaluationRecord staged = evaluate(pp, chunks, tied, updates);
+    EXPECT_GT(one_stage.loss, 0.0) << what;
+    EXPECT_EQ(staged.loss, one_stage.loss) << what;
+    EXPECT_EQ(staged.loss_tokens, one_stage.loss_tokens) << what;
+    EXPECT_EQ(staged.consumed_valid_samples, one_stage.consumed_valid_samples) << what;
   }
 }
 
@@ -121,6 +214,11 @@ TEST(PipelineParallel, UpdatesMatchTheReferenceOnEveryStageLayout) {
   RunConfig interleaved = pp_run(2);
   interleaved.parallel.virtual_pipeline_stages = 2;
   expect_matches_the_reference(interleaved, 2, "PP 2, 2 chunks a rank");
+  RunConfig interleaved4 = pp_run(4);
+  interleaved4.model.num_layers = 8;
+  interleaved4.model.tie_embeddings = true;
+  interleaved4.parallel.virtual_pipeline_stages = 2;
+  expect_matches_the_reference(interleaved4, 2, "PP 4, 2 chunks a rank, tied");
   RunConfig uneven = pp_run(3);
   uneven.parallel.first_pipeline_stage_layers = 1;
   uneven.parallel.last_pipeline_stage_layers = 1;  // 1 + 2 + 1 layers

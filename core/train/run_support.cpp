@@ -146,6 +146,7 @@ RunSummary drive_iterations(const RunConfig& config, const TrainOptions& options
     ++summary.iterations;
     if (log.is_open()) log.write(record);
     if (!options.quiet) out << progress_line(record, total_iterations) << "\n" << std::flush;
+    if (driver.after_iteration) driver.after_iteration();
     const Counters counters = driver.counters();
     if (counters.consecutive_skips >= options.max_consecutive_skips) {
       if (saving) driver.save();

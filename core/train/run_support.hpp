@@ -88,6 +88,9 @@ struct IterationDriver {
   // One evaluation of the validation split (config.evaluation.eval_iters global batches from the
   // trainer's consumed_valid_samples); empty when the run does not evaluate. Collective.
   std::function<EvaluationRecord()> evaluate;
+  // After each iteration's record is logged and printed: more records of that iteration (the
+  // production trainer's pipeline timeline); empty: none.
+  std::function<void()> after_iteration;
 };
 
 // The loop both engines run after setup: iterate to config.train_updates(), log each record,

@@ -24,6 +24,7 @@ struct TrainOptions {
   double exit_duration_minutes = 0;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool quiet = false;                   // no progress line per iteration
+  bool log_pipeline_timeline = false;   // PP > 1: a pipeline_timeline record per iteration
   // Test-only: iterations (1-based) whose reduced gradient is made non-finite (SPEC 8 tests).
   std::set<std::int64_t> test_nonfinite_gradient_iterations;
   std::set<std::int64_t> test_nonfinite_loss_iterations;  // the loss becomes NaN (SPEC 8 tests)

@@ -25,9 +25,11 @@ class SingleRank final : public Collectives {
     (void)buffer, (void)chunk_bytes;  // one rank already holds every part
   }
   void exchange_with_peers(const PeerExchange& exchange) override {
-    if (exchange.to != -1 || exchange.from != -1) {
+    if (!exchange.empty()) {
       throw std::logic_error("single_rank_collectives: a point-to-point exchange with rank " +
-                             std::to_string(exchange.to != -1 ? exchange.to : exchange.from) + " of one rank");
+                             std::to_string(exchange.sends.empty() ? exchange.receives.front().from
+                                                                   : exchange.sends.front().to) +
+                             " of one rank");
     }
   }
   void barrier() override {}

@@ -19,16 +19,25 @@
 
 namespace tandem::production {
 
-// One rank's part of a point-to-point exchange (pipeline stages): `sent_bytes` of `sent` to rank
-// `to`, and `received_bytes` into `received` from rank `from`; to or from -1 leaves that side out.
-// Memory of the trainer's backend.
-struct PeerExchange {
-  const void* sent = nullptr;
-  std::int64_t sent_bytes = 0;
+// One rank's part of a point-to-point exchange (pipeline stages): each send's `bytes` of `data`
+// to rank `to`, each receive's `bytes` into `data` from rank `from`. Messages from one rank to
+// another arrive in the order they were sent (across calls, and in `sends` order within one) and
+// are taken in `receives` order: two stages may send each other two messages in one call (the
+// interleaved schedule's step with PP = 2). Memory of the trainer's backend.
+struct PeerSend {
+  const void* data = nullptr;
+  std::int64_t bytes = 0;
   int to = -1;
-  void* received = nullptr;
-  std::int64_t received_bytes = 0;
+};
+struct PeerReceive {
+  void* data = nullptr;
+  std::int64_t bytes = 0;
   int from = -1;
+};
+struct PeerExchange {
+  std::vector<PeerSend> sends;
+  std::vector<PeerReceive> receives;
+  bool empty() const { return sends.empty() && receives.empty(); }
 };
 
 class Collectives {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace tandem::production {
 namespace {
@@ -66,29 +67,33 @@ class MpiCollectives final : public Collectives {
     check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, n, MPI_BYTE, communicator_),
           "MPI_Allgather");
   }
-  // Nonblocking send and receive, waited together: two ranks may send to each other at once.
+  // Nonblocking sends and receives, waited together: two ranks may send to each other at once.
+  // MPI keeps the order of messages between two ranks with one tag (it does not overtake).
   void exchange_with_peers(const PeerExchange& exchange) override {
     constexpr int kPeerTag = 1;  // apart from send_receive's ring steps
-    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    if (exchange.from != -1) {
-      check(MPI_Irecv(exchange.received, int_count(exchange.received_bytes, "exchange_with_peers"), MPI_BYTE,
-                      exchange.from, kPeerTag, communicator_, &requests[0]),
+    const std::size_t receives = exchange.receives.size();
+    std::vector<MPI_Request> requests(receives + exchange.sends.size(), MPI_REQUEST_NULL);
+    for (std::size_t i = 0; i < receives; ++i) {
+      const PeerReceive& receive = exchange.receives[i];
+      check(MPI_Irecv(receive.data, int_count(receive.bytes, "exchange_with_peers"), MPI_BYTE, receive.from,
+                      kPeerTag, communicator_, &requests[i]),
             "MPI_Irecv");
     }
-    if (exchange.to != -1) {
-      check(MPI_Isend(exchange.sent, int_count(exchange.sent_bytes, "exchange_with_peers"), MPI_BYTE, exchange.to,
-                      kPeerTag, communicator_, &requests[1]),
+    for (std::size_t i = 0; i < exchange.sends.size(); ++i) {
+      const PeerSend& send = exchange.sends[i];
+      check(MPI_Isend(send.data, int_count(send.bytes, "exchange_with_peers"), MPI_BYTE, send.to, kPeerTag,
+                      communicator_, &requests[receives + i]),
             "MPI_Isend");
     }
-    MPI_Status statuses[2];
-    check(MPI_Waitall(2, requests, statuses), "MPI_Waitall");
-    if (exchange.from != -1) {
+    std::vector<MPI_Status> statuses(requests.size());
+    check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data()), "MPI_Waitall");
+    for (std::size_t i = 0; i < receives; ++i) {
       int count = 0;
-      check(MPI_Get_count(&statuses[0], MPI_BYTE, &count), "MPI_Get_count");
-      if (count != exchange.received_bytes) {
-        throw std::runtime_error("exchange_with_peers: rank " + std::to_string(exchange.from) + " sent " +
+      check(MPI_Get_count(&statuses[i], MPI_BYTE, &count), "MPI_Get_count");
+      if (count != exchange.receives[i].bytes) {
+        throw std::runtime_error("exchange_with_peers: rank " + std::to_string(exchange.receives[i].from) + " sent " +
                                  std::to_string(count) + " bytes where " +
-                                 std::to_string(exchange.received_bytes) + " were expected");
+                                 std::to_string(exchange.receives[i].bytes) + " were expected");
       }
     }
   }

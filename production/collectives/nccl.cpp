@@ -57,17 +57,15 @@ class NcclCollectives final : public Collectives {
                         static_cast<std::size_t>(chunk_bytes), ncclInt8, comm_, stream()),
           "ncclAllGather");
   }
-  // NCCL's grouped send and receive (its sendrecv form): neither blocks the other.
+  // NCCL's grouped sends and receives: none blocks another; operations between two ranks are
+  // matched in the order they are issued.
   void exchange_with_peers(const PeerExchange& exchange) override {
     check(ncclGroupStart(), "ncclGroupStart");
-    if (exchange.to != -1) {
-      check(ncclSend(exchange.sent, static_cast<std::size_t>(exchange.sent_bytes), ncclInt8, exchange.to, comm_,
-                     stream()),
-            "ncclSend");
+    for (const PeerSend& send : exchange.sends) {
+      check(ncclSend(send.data, static_cast<std::size_t>(send.bytes), ncclInt8, send.to, comm_, stream()), "ncclSend");
     }
-    if (exchange.from != -1) {
-      check(ncclRecv(exchange.received, static_cast<std::size_t>(exchange.received_bytes), ncclInt8, exchange.from,
-                     comm_, stream()),
+    for (const PeerReceive& receive : exchange.receives) {
+      check(ncclRecv(receive.data, static_cast<std::size_t>(receive.bytes), ncclInt8, receive.from, comm_, stream()),
             "ncclRecv");
     }
     check(ncclGroupEnd(), "ncclGroupEnd");

@@ -42,15 +42,24 @@ class HostStagedCollectives final : public Collectives {
     if (total > 0) backend_->copy_from_host(buffer, staged.data(), total);
   }
   void exchange_with_peers(const PeerExchange& exchange) override {
-    std::vector<std::uint8_t> outgoing(static_cast<std::size_t>(exchange.to != -1 ? exchange.sent_bytes : 0));
-    std::vector<std::uint8_t> incoming(static_cast<std::size_t>(exchange.from != -1 ? exchange.received_bytes : 0));
+    std::vector<std::vector<std::uint8_t>> outgoing;
+    std::vector<std::vector<std::uint8_t>> incoming;
+    PeerExchange staged;
     backend_->synchronize();
-    if (!outgoing.empty()) backend_->copy_to_host(outgoing.data(), exchange.sent, exchange.sent_bytes);
-    PeerExchange staged = exchange;
-    staged.sent = outgoing.data();
-    staged.received = incoming.data();
+    for (const PeerSend& send : exchange.sends) {
+      outgoing.emplace_back(static_cast<std::size_t>(send.bytes));
+      if (send.bytes > 0) backend_->copy_to_host(outgoing.back().data(), send.data, send.bytes);
+      staged.sends.push_back({outgoing.back().data(), send.bytes, send.to});
+    }
+    for (const PeerReceive& receive : exchange.receives) {
+      incoming.emplace_back(static_cast<std::size_t>(receive.bytes));
+      staged.receives.push_back({incoming.back().data(), receive.bytes, receive.from});
+    }
     host_->exchange_with_peers(staged);
-    if (!incoming.empty()) backend_->copy_from_host(exchange.received, incoming.data(), exchange.received_bytes);
+    for (std::size_t i = 0; i < exchange.receives.size(); ++i) {
+      const PeerReceive& receive = exchange.receives[i];
+      if (receive.bytes > 0) backend_->copy_from_host(receive.data, incoming[i].data(), receive.bytes);
+    }
   }
   void barrier() override {
     backend_->synchronize();

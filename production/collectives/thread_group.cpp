@@ -108,10 +108,11 @@ class ThreadRank final : public Collectives {
     });
   }
   void exchange_with_peers(const PeerExchange& exchange) override {
-    check_peer(exchange.to);
-    check_peer(exchange.from);
-    if (exchange.to != -1) shared_->post(rank_, exchange.to, exchange.sent, exchange.sent_bytes);
-    if (exchange.from != -1) shared_->take(exchange.from, rank_, exchange.received, exchange.received_bytes);
+    for (const PeerSend& send : exchange.sends) check_peer(send.to);
+    for (const PeerReceive& receive : exchange.receives) check_peer(receive.from);
+    // Posted at once (a mailbox keeps any number), so the receives below wait for nothing of ours.
+    for (const PeerSend& send : exchange.sends) shared_->post(rank_, send.to, send.data, send.bytes);
+    for (const PeerReceive& receive : exchange.receives) shared_->take(receive.from, rank_, receive.data, receive.bytes);
   }
   void barrier() override { shared_->arrive_and_wait(); }
 
@@ -119,7 +120,7 @@ class ThreadRank final : public Collectives {
 
  private:
   void check_peer(int peer) const {
-    if (peer < -1 || peer >= shared_->size || peer == rank_) {
+    if (peer < 0 || peer >= shared_->size || peer == rank_) {
       throw std::invalid_argument("exchange_with_peers: rank " + std::to_string(rank_) + " of " +
                                   std::to_string(shared_->size) + " named peer " + std::to_string(peer));
     }

@@ -28,8 +28,8 @@ inline production::ProductionOptions cpu_options() {
 
 // config.parallel's TP x PP x DP ranks on threads, the cpu backend.
 struct Ranks {
-  explicit Ranks(const RunConfig& config)
-      : ranks(config, tiny_production_samples(), cpu_options(), production::LocalRanks::Transport::threads) {}
+  explicit Ranks(const RunConfig& config, const production::ProductionOptions& options = cpu_options())
+      : ranks(config, tiny_production_samples(), options, production::LocalRanks::Transport::threads) {}
   std::vector<IterationRecord> run() {
     std::vector<IterationRecord> records(ranks.size());
     ranks.each([&](production::Trainer& trainer, int rank) {

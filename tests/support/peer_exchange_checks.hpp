@@ -43,25 +43,25 @@ inline void check_peer_exchanges(production::Collectives& group) {
   for (int index = 0; index < 3; ++index) {
     std::vector<float> received(kCount, -1.0f);
     if (previous != -1) {
-      group.exchange_with_peers({nullptr, 0, -1, received.data(), kBytes, previous});
+      group.exchange_with_peers({.sends = {}, .receives = {{received.data(), kBytes, previous}}});
       expect_message(received, previous, index);
     }
     if (next != -1) {
       const std::vector<float> sent = message(rank, next, index);
-      group.exchange_with_peers({sent.data(), kBytes, next, nullptr, 0, -1});
+      group.exchange_with_peers({.sends = {{sent.data(), kBytes, next}}, .receives = {}});
     }
   }
   // Backward: three sends in a row before any receive (the receiver takes them in order).
   if (previous != -1) {
     for (int index = 0; index < 3; ++index) {
       const std::vector<float> sent = message(rank, previous, 10 + index);
-      group.exchange_with_peers({sent.data(), kBytes, previous, nullptr, 0, -1});
+      group.exchange_with_peers({.sends = {{sent.data(), kBytes, previous}}, .receives = {}});
     }
   }
   if (next != -1) {
     for (int index = 0; index < 3; ++index) {
       std::vector<float> received(kCount, -1.0f);
-      group.exchange_with_peers({nullptr, 0, -1, received.data(), kBytes, next});
+      group.exchange_with_peers({.sends = {}, .receives = {{received.data(), kBytes, next}}});
       expect_message(received, next, 10 + index);
     }
   }
@@ -73,8 +73,47 @@ inline void check_peer_exchanges(production::Collectives& group) {
     if (peer == -1) continue;
     const std::vector<float> sent = message(rank, peer, 20 + parity);
     std::vector<float> received(kCount, -1.0f);
-    group.exchange_with_peers({sent.data(), kBytes, peer, received.data(), kBytes, peer});
+    group.exchange_with_peers({{{sent.data(), kBytes, peer}}, {{received.data(), kBytes, peer}}});
     expect_message(received, peer, 20 + parity);
+  }
+  // Two messages each way across each boundary in one call, taken in the order sent (the
+  // interleaved schedule's step: an activation and a gradient; with two stages both go to the
+  // one peer), then each rank's messages to both neighbours and from both in one call.
+  for (int parity = 0; parity < 2; ++parity) {
+    int peer = -1;
+    if (rank % 2 == parity && next != -1) peer = next;
+    if (rank % 2 != parity && previous != -1) peer = previous;
+    if (peer == -1) continue;
+    const std::vector<float> first = message(rank, peer, 30 + parity);
+    const std::vector<float> second = message(rank, peer, 40 + parity);
+    std::vector<float> received_first(kCount, -1.0f);
+    std::vector<float> received_second(kCount, -1.0f);
+    group.exchange_with_peers({{{first.data(), kBytes, peer}, {second.data(), kBytes, peer}},
+                               {{received_first.data(), kBytes, peer}, {received_second.data(), kBytes, peer}}});
+    expect_message(received_first, peer, 30 + parity);
+    expect_message(received_second, peer, 40 + parity);
+  }
+  {
+    production::PeerExchange both;
+    std::vector<std::vector<float>> sent;
+    std::vector<std::vector<float>> received;
+    for (const int peer : {next, previous}) {
+      if (peer == -1) continue;
+      sent.push_back(message(rank, peer, 50));
+      received.emplace_back(kCount, -1.0f);
+    }
+    std::size_t i = 0;
+    for (const int peer : {next, previous}) {
+      if (peer == -1) continue;
+      both.sends.push_back({sent[i].data(), kBytes, peer});
+      both.receives.push_back({received[i].data(), kBytes, peer});
+      ++i;
+    }
+    group.exchange_with_peers(both);
+    i = 0;
+    for (const int peer : {next, previous}) {
+      if (peer != -1) expect_message(received[i++], peer, 50);
+    }
   }
   group.barrier();
 }
