@@ -103,7 +103,7 @@ Command add_data_command(CLI::App& parent) {
       std::cout << "documents: " << summary.documents << " (" << summary.empty_documents
                 << " empty)\n"
                 << "sequences: " << summary.sequences << "\n"
-                << "tokens:    " << summary.tokens << " (" << summary.sequences << " EOD)\n"
+                << "tokens:    " << summary.tokens << " (" << summary.documents - summary.empty_documents << " EOD)\n"
                 << "dtype:     " << data::to_string(summary.dtype) << " (code "
                 << static_cast<int>(summary.dtype) << ")\n"
                 << "wrote:     " << summary.bin_path << ", " << summary.idx_path << "\n";

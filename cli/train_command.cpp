@@ -141,9 +141,10 @@ Command add_train_command(CLI::App& parent) {
                   "with --save (Megatron's option; iterations; default: 0 = run to the end)")
       ->check(non_negative())->group(group);
   sub->add_flag("--exit-signal-handler", options.exit_signal_handler,
-                "on SIGTERM (Slurm's warning before the time limit, scancel), finish the iteration, "
-                "save a checkpoint with --save and exit 0; any rank's signal stops every rank "
-                "(Megatron's option)")->group(group);
+                "on SIGTERM (Slurm's warning before the time limit, scancel) or SIGINT, finish the "
+                "iteration, save a checkpoint with --save and exit 0; any rank's signal stops every "
+                "rank (Megatron's option). Under mpirun send SIGUSR1 to mpirun (it forwards it and "
+                "keeps the ranks; a SIGTERM to mpirun kills them), or SIGTERM to the ranks")->group(group);
   sub->add_option("--exit-duration-in-mins", options.exit_duration_minutes,
                   "stop, saving a checkpoint with --save, after the first iteration that ends this "
                   "long after the start (minutes, fractions allowed; Megatron's option; default: 0 = "

@@ -6,8 +6,11 @@
 // Every comparison here is exact: files are compared byte for byte, values bit for bit, and
 // conversions against their round-to-nearest-even derivation.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -30,6 +33,7 @@
 #include "core/checkpoint/atomic_file.hpp"
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/hf_export.hpp"
+#include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/resume_check.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "core/config.hpp"
@@ -631,6 +635,13 @@ TEST(Checkpoint, RefusesEveryCorruptionNamingTheFile) {
   auto truncate = [](const fs::path& path, std::size_t by) {
     fs::resize_file(path, fs::file_size(path) - by);
   };
+  // Rewrites iter_dir's manifest through `edit`, resealed (its checksum recomputed) or not.
+  auto edit_manifest = [](const fs::path& iter_dir, const std::function<void(json&)>& edit, bool reseal = true) {
+    auto manifest_json = json::parse(read_text(iter_dir / "manifest.json"));
+    edit(manifest_json);
+    if (reseal) manifest::seal(manifest_json);
+    write_text(iter_dir / "manifest.json", manifest_json.dump(2));
+  };
   const std::vector<Corruption> corruptions{
       {"model-byte-flipped", [&](const fs::path& d) { flip_byte(d / "model.safetensors", 5); },
        "iter_0000007/model.safetensors", {"CRC-32", "corrupt"}},
@@ -642,30 +653,65 @@ TEST(Checkpoint, RefusesEveryCorruptionNamingTheFile) {
        "iter_0000007/manifest.json", {"not valid JSON"}},
       {"manifest-missing", [](const fs::path& d) { fs::remove(d / "manifest.json"); },
        "iter_0000007/manifest.json", {"cannot be opened", "incomplete"}},
+      // An edit of any field is caught by the manifest's checksum: consumed_samples moved from 28
+      // to 32 would resume on other samples (it did, with exit 0).
+      {"manifest-consumed-samples-edited",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["counters"]["consumed_samples"] = 32; }, false); },
+       "iter_0000007/manifest.json",
+       {"field \"manifest_crc32\" holds \"", "the manifest's content has CRC-32", "restore the original manifest.json"}},
+      {"manifest-checksum-mistyped",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["manifest_crc32"] = 7; }, false); },
+       "iter_0000007/manifest.json", {"field \"manifest_crc32\" holds 7", "8 hex digits"}},
+      // The cases below reseal the manifest after the edit, as a careful editor would, and are
+      // caught by the check of the field.
       {"manifest-field-missing",
-       [](const fs::path& d) {
-         auto manifest = json::parse(read_text(d / "manifest.json"));
-         manifest.at("counters").erase("pad_tokens");
-         write_text(d / "manifest.json", manifest.dump());
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m.at("counters").erase("pad_tokens"); }); },
+       "iter_0000007/manifest.json", {"\"pad_tokens\" is missing", "fix:"}},
+      {"manifest-section-missing",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m.erase("data_position"); }); },
+       "iter_0000007/manifest.json", {"\"data_position\" is missing"}},
+      {"manifest-counter-wrong-type",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["counters"]["consumed_samples"] = "28"; }); },
+       "iter_0000007/manifest.json", {"\"consumed_samples\" holds \"28\", not an integer"}},
+      {"manifest-counter-fraction",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["counters"]["loss_tokens"] = 203.5; }); },
+       "iter_0000007/manifest.json", {"\"loss_tokens\" holds 203.5, not an integer"}},
+      {"manifest-counter-negative",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["counters"]["input_tokens"] = -5; }); },
+       "iter_0000007/manifest.json", {"\"counters.input_tokens\" holds -5", "never negative"}},
+      {"manifest-section-wrong-type",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["random_streams"] = "seed 1234"; }); },
+       "iter_0000007/manifest.json", {"\"random_streams\" holds \"seed 1234\", not an object"}},
+      {"manifest-engine-unknown",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["engine"] = "cpu"; }); },
+       "iter_0000007/manifest.json", {"\"engine\" holds \"cpu\"", "\"reference\" or \"production\""}},
+      {"manifest-data-position-disagrees",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["counters"]["consumed_samples"] = 32; }); },
+       "iter_0000007/manifest.json",
+       {"\"data_position.next_global_sample\" holds 28", "must equal counters.consumed_samples (32)"}},
+      {"manifest-updates-and-skips-disagree",
+       [&](const fs::path& d) {
+         edit_manifest(d, [](json& m) {
+           m["counters"]["successful_updates"] = 5;  // 6 updates + 1 skip made iteration 7
+           m["optimizer"]["step"] = 5;
+         });
        },
-       "iter_0000007/manifest.json", {"\"pad_tokens\" is missing"}},
+       "iter_0000007/manifest.json", {"\"counters.iteration\" holds 7", "successful_updates + skipped_updates (5 + 1)"}},
+      {"manifest-more-consecutive-than-all-skips",
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["counters"]["consecutive_skips"] = 2; }); },
+       "iter_0000007/manifest.json", {"\"counters.consecutive_skips\" holds 2", "cannot exceed skipped_updates (1)"}},
       {"manifest-other-format",
-       [](const fs::path& d) {
-         auto manifest = json::parse(read_text(d / "manifest.json"));
-         manifest["format_version"] = 4;
-         write_text(d / "manifest.json", manifest.dump());
-       },
+       [&](const fs::path& d) { edit_manifest(d, [](json& m) { m["format_version"] = 4; }); },
        "iter_0000007/manifest.json", {"format_version is 4"}},
       // A damaged file whose checksum was updated too: the safetensors validation still refuses it.
       {"model-header-damaged-checksum-updated",
-       [](const fs::path& d) {
+       [&](const fs::path& d) {
          auto bytes = read_bytes(d / "model.safetensors");
          bytes[2] = std::byte{0x7F};  // header length now about 8 MB: past the end, under the limit
          write_bytes(d / "model.safetensors", bytes);
-         auto manifest = json::parse(read_text(d / "manifest.json"));
-         manifest["files"]["model.safetensors"]["crc32"] =
-             crc32_hex(digest_file(d / "model.safetensors").crc32);
-         write_text(d / "manifest.json", manifest.dump());
+         edit_manifest(d, [&](json& m) {
+           m["files"]["model.safetensors"]["crc32"] = crc32_hex(digest_file(d / "model.safetensors").crc32);
+         });
        },
        "iter_0000007/model.safetensors", {"header length", "past the end"}},
       {"tracker-garbage",
@@ -694,6 +740,17 @@ TEST(Checkpoint, RefusesEveryCorruptionNamingTheFile) {
     save_checkpoint(dir.path(), state);
     write_text(dir.path() / "latest_checkpointed_iteration.txt", padded);
     EXPECT_EQ(load_checkpoint(dir.path()), state) << "tracker \"" << padded << "\"";
+  }
+  // A manifest written before manifests had a checksum still loads (its fields are checked).
+  {
+    TempDir dir;
+    const auto state = known_state(config, 7);
+    const fs::path iter_dir = save_checkpoint(dir.path(), state);
+    auto manifest_json = json::parse(read_text(iter_dir / "manifest.json"));
+    ASSERT_EQ(manifest_json.at("manifest_crc32"), manifest::manifest_checksum(manifest_json));
+    manifest_json.erase("manifest_crc32");
+    write_text(iter_dir / "manifest.json", manifest_json.dump(2));
+    EXPECT_EQ(load_checkpoint(dir.path()), state);
   }
   TempDir empty;
   expect_error([&] { load_checkpoint(empty.path()); }, {empty.path().string(), "neither"});
@@ -966,6 +1023,37 @@ TEST(Export, FailuresLeaveNoPartialOutput) {
                        quoted(dir.path() / "hf") + " --dtype f16");
   EXPECT_EQ(result.exit_code, 2) << result.output;
   EXPECT_FALSE(fs::exists(dir.path() / "hf"));
+}
+
+// A killed export leaves its staging directory OUT.tmp-XXXXXX (nothing removed them: 636 MB after
+// 37 kills). The next export to OUT removes those no process holds and says so; a live export's
+// (its flock held) and other names stay.
+TEST(Export, TheNextExportRemovesWhatKilledExportsLeft) {
+  TempDir dir;
+  const fs::path save = dir.path() / "save";
+  save_checkpoint(save, known_state(tiny_run_config(), 4));
+  const fs::path abandoned = dir.path() / "hf.tmp-Ab12Cd";
+  const fs::path live = dir.path() / "hf.tmp-Live01";
+  const fs::path unrelated = dir.path() / "other.tmp-Zz99Yy";
+  for (const auto& staging : {abandoned, live, unrelated}) {
+    fs::create_directories(staging);
+    write_text(staging / "model.safetensors", "partial");
+  }
+  const int live_lock = ::open(live.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(live_lock, 0);
+  ASSERT_EQ(::flock(live_lock, LOCK_EX | LOCK_NB), 0);
+  const auto result = run_command(std::string(TANDEM_BINARY) + " export --load " + quoted(save) + " --hf " +
+                                  quoted(dir.path() / "hf"));
+  ::close(live_lock);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("note: removed " + abandoned.string() + ", left by an export that was killed"),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(fs::exists(abandoned));
+  EXPECT_TRUE(fs::exists(live / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(unrelated / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir.path() / "hf" / "model.safetensors"));
+  EXPECT_EQ(result.output.find("removed " + live.string()), std::string::npos) << result.output;
 }
 
 // When Python with transformers is at hand, the export must load as LlamaForCausalLM with every

@@ -1,7 +1,11 @@
 // The on-disk dataset (SPEC 2) and `tandem data build` (SPEC 12): round trips, a byte-exact .idx
 // written by hand from the SPEC layout, every refused input with its error, atomic writes,
 // --split arithmetic, the embedded corpus, and the real binary end to end. Comparisons are exact.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -425,9 +429,42 @@ TEST(Jsonl, BuildsDocumentsWithEscapesAndEmptyText) {
   EXPECT_EQ(dataset.sequence_tokens(1), (std::vector<std::int32_t>{0xC3, 0xA9, kEodToken}));
 }
 
+// A list-valued "text" is read as Megatron's tools/preprocess_data.py reads it (it was refused):
+// each element is tokenized alone and each non-empty one is a sequence of the document, the EOD
+// after the last; a list with nothing in it is an empty document.
+TEST(Jsonl, AListValuedTextIsOneDocumentOfSequencesAsInMegatron) {
+  TempDir dir;
+  {
+    std::ofstream out(dir / "docs.jsonl");
+    out << R"({"text": ["ab", "", "c"]})" << "\n" << R"({"text": []})" << "\n" << R"({"text": ["", ""]})" << "\n"
+        << R"({"text": "d"})" << "\n";
+  }
+  const auto summary = build_dataset_from_jsonl(jsonl_config(dir / "docs.jsonl", dir / "ds"));
+  EXPECT_EQ(summary.documents, 4);
+  EXPECT_EQ(summary.empty_documents, 2);
+  EXPECT_EQ(summary.sequences, 3);
+  EXPECT_EQ(summary.tokens, 2 + (1 + 1) + (1 + 1));  // "ab", "c" + EOD, "d" + EOD
+  const auto dataset = IndexedDataset::open(dir / "ds");
+  EXPECT_EQ(dataset.sequence_tokens(0), (std::vector<std::int32_t>{'a', 'b'}));  // no EOD inside
+  EXPECT_EQ(dataset.sequence_tokens(1), (std::vector<std::int32_t>{'c', kEodToken}));
+  EXPECT_EQ(dataset.sequence_tokens(2), (std::vector<std::int32_t>{'d', kEodToken}));
+  // Document indices [0, 2, 2, 2, 3]: the first document holds sequences 0 and 1.
+  const std::vector<std::int64_t> expected_indices{0, 2, 2, 2, 3};
+  for (std::size_t d = 0; d < expected_indices.size(); ++d) {
+    EXPECT_EQ(dataset.document_index(static_cast<std::int64_t>(d)), expected_indices[d]) << "document index " << d;
+  }
+  // The embedded-corpus path writes the same bytes as the streaming build.
+  const auto documents = read_jsonl_documents(jsonl_config(dir / "docs.jsonl", dir / "unused"));
+  write_documents(dir / "written", documents);
+  EXPECT_EQ(read_file(dir / "written.idx"), read_file(dir / "ds.idx"));
+  EXPECT_EQ(read_file(dir / "written.bin"), read_file(dir / "ds.bin"));
+}
+
 TEST(Jsonl, BadLinesNameTheLineAndWriteNothing) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{\"text\": 5}", "is a number"},
+      {"{\"text\": [\"a\", 5]}", "\"text\"[1] is a number; expected a string"},
+      {"{\"text\": {\"a\": \"b\"}}", "is a object; expected a string or a list of strings"},
       {"{\"body\": \"x\"}", "no \"text\" field"},
       {"[1, 2]", "a JSON array"},
       {"{\"text\": \"unterminated}", "not valid JSON"},
@@ -514,6 +551,46 @@ TEST(DataBuildCommand, BuildsTheEmbeddedCorpusEndToEnd) {
   EXPECT_EQ(read_file(dir / "c.idx"), read_file(dir / "lib.idx"));
   EXPECT_EQ(read_file(dir / "c.bin"), read_file(dir / "lib.bin"));
   EXPECT_EQ(library.tokens, dataset.total_tokens());
+}
+
+// A killed `tandem data build` leaves PREFIX.bin.tmp.PID (and PREFIX.idx.tmp.PID); nothing removed
+// them. The next build of PREFIX removes those whose PID is not running and that no process
+// holds, and says so; a running writer's (its PID alive, or its flock held) and other prefixes'
+// stay.
+TEST(DataBuildCommand, TheNextBuildRemovesWhatKilledBuildsLeft) {
+  TempDir dir;
+  {
+    std::ofstream out(dir / "docs.jsonl");
+    out << R"({"text": "a"})" << "\n";
+  }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // a PID that no longer runs
+  const std::string dead = std::to_string(child);
+  const std::string alive = std::to_string(::getpid());
+  const std::vector<std::string> abandoned{dir / ("ds.bin.tmp." + dead), dir / ("ds.idx.tmp." + dead)};
+  const std::string running = dir / ("ds.bin.tmp." + alive);
+  const std::string held = dir / ("ds.bin.tmp.1" + dead);  // a dead PID too, but locked
+  const std::string other = dir / ("other.bin.tmp." + dead);
+  for (const auto& path : {abandoned[0], abandoned[1], running, held, other}) std::ofstream(path) << "partial";
+  const int held_fd = ::open(held.c_str(), O_RDONLY);
+  ASSERT_GE(held_fd, 0);
+  ASSERT_EQ(::flock(held_fd, LOCK_EX | LOCK_NB), 0);
+  const bool held_pid_runs = ::kill(static_cast<pid_t>(std::stol("1" + dead)), 0) == 0;
+  const CommandResult run = run_tandem("data build --input " + (dir / "docs.jsonl") + " --output-prefix " + (dir / "ds"), dir);
+  ::close(held_fd);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const auto& path : abandoned) {
+    EXPECT_FALSE(fs::exists(path)) << path;
+    EXPECT_NE(run.err.find("note: removed " + path + ", left by a dataset write that was killed"), std::string::npos)
+        << run.err;
+  }
+  EXPECT_TRUE(fs::exists(running));
+  EXPECT_TRUE(fs::exists(held)) << "pid 1" << dead << (held_pid_runs ? " runs" : " does not run");
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_TRUE(fs::exists(dir / "ds.idx"));
+  EXPECT_EQ(run.err.find("removed " + running), std::string::npos) << run.err;
 }
 
 TEST(DataBuildCommand, BadLineExitsTwoWithTheLineAndLeavesNoFiles) {

@@ -448,6 +448,7 @@ TEST_F(EvaluationCli, AResumedRunContinuesTheValidationSamplesBitExactly) {
     json manifest = json::parse(std::ifstream(manifest_path));
     ASSERT_EQ(manifest.at("counters").at("consumed_valid_samples"), 8);
     manifest.at("counters").erase("consumed_valid_samples");
+    manifest.erase("manifest_crc32");  // written later than the counter too
     std::ofstream(manifest_path) << manifest.dump();
     const Log from_old = train(engine, engine[1] + "_from_old", with(evaluation, {"--load", old_dir}));
     ASSERT_EQ(from_old.evaluations.size(), 3u);  // 4, 6, the end

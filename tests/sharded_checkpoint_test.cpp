@@ -19,6 +19,7 @@
 
 #include "core/checkpoint/atomic_file.hpp"
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "core/checkpoint/sharded.hpp"
 #include "production/collectives/collectives.hpp"
@@ -331,6 +332,7 @@ TEST(ShardedCheckpoint, AManifestWhoseRangesDoNotTileTheBufferOrFitTheFilesIsRef
     ASSERT_NO_THROW(load_checkpoint(scratch.path())) << corruption.name << ": the control";
     json manifest = json::parse(testing::bytes_of(manifest_path));
     corruption.damage(manifest["shards"]["files"]);
+    manifest::seal(manifest);  // past the manifest's checksum, to the ranges' checks
     std::ofstream(manifest_path) << manifest.dump();
     std::vector<std::string> needles = corruption.needles;
     needles.push_back(manifest_path.string());
@@ -352,6 +354,7 @@ TEST(ShardedCheckpoint, AFileWhoseLengthDiffersFromItsRangesIsRefusedNamingIt) {
   json manifest = json::parse(testing::bytes_of(manifest_path));
   manifest["shards"]["files"][0]["ranges"][0] = json::array({0, 3});
   manifest["shards"]["files"][1]["ranges"][0] = json::array({3, 1});
+  manifest::seal(manifest);
   std::ofstream(manifest_path) << manifest.dump();
   const std::vector<std::string> needles{(iter_dir / shard_file_name(0, 2)).string(),
                                          "tensor main_weights has shape [5]",
@@ -364,7 +367,7 @@ TEST(ShardedCheckpoint, AFileWhoseLengthDiffersFromItsRangesIsRefusedNamingIt) {
 // Rewrites a format 3 checkpoint whose ranks hold one range each (or none) as the format 2 writer
 // wrote it: each shard's metadata flat_begin and flat_count instead of flat_ranges (its size and
 // CRC-32 updated in the manifest), and shard entries {file, rank, begin, count}, an empty shard
-// beginning where the state ends.
+// beginning where the state ends; and no manifest_crc32, which came after format 2.
 void rewrite_as_format_2(const fs::path& iter_dir) {
   const fs::path manifest_path = iter_dir / "manifest.json";
   json manifest = json::parse(testing::bytes_of(manifest_path));
@@ -385,6 +388,7 @@ void rewrite_as_format_2(const fs::path& iter_dir) {
     const json rank = entry.at("rank");
     entry = {{"file", file}, {"rank", rank}, {"begin", begin}, {"count", count}};
   }
+  manifest.erase(std::string(manifest::kManifestChecksumField));
   std::ofstream(manifest_path) << manifest.dump(2);
 }
 

@@ -177,18 +177,21 @@ TEST_F(TrainCli, ResumeEqualsRunningStraightBitwise) {
 
 // The reference engine runs the same loop in one process: SIGTERM to it stops the run after the
 // iteration in progress with a checkpoint, exit 0; without --save it says nothing was saved.
+// SIGINT (Ctrl-C) is handled alike when the handler is on (it killed the run).
 TEST_F(TrainCli, SigtermWithTheExitSignalHandlerStopsWithACheckpoint) {
   for (const bool saving : {true, false}) {
     const auto save = root_ / (saving ? "save" : "unsaved");
     std::vector<std::string> extra = {"--train-samples", "4000", "--exit-signal-handler", "--log", (root_ / "log.jsonl").string()};
     if (saving) extra.insert(extra.end(), {"--save", save.string()});
     std::filesystem::remove(root_ / "log.jsonl");
-    const int exit_code = testing::signal_tandem_during_run(
-        tiny(extra), "", (root_ / "out.txt").string(), (root_ / "log.jsonl").string(), 2, testing::SignalTarget::process);
+    const std::string signal = saving ? "TERM" : "INT";
+    const int exit_code = testing::signal_tandem_during_run(tiny(extra), "", (root_ / "out.txt").string(),
+                                                            (root_ / "log.jsonl").string(), 2,
+                                                            testing::SignalTarget::process, signal);
     const std::string output = testing::bytes_of(root_ / "out.txt");
     EXPECT_EQ(exit_code, 0) << output;
     const std::string needle = saving ? ": SIGTERM received (--exit-signal-handler); checkpoint saved"
-                                      : ": SIGTERM received (--exit-signal-handler); no --save, so nothing was saved";
+                                      : ": SIGINT received (--exit-signal-handler); no --save, so nothing was saved";
     EXPECT_NE(output.find(needle), std::string::npos) << output;
     const auto last = read_log(root_ / "log.jsonl").back()["iteration"].get<std::int64_t>();
     EXPECT_LT(last, 1000) << "the run ended before the signal: the test proved nothing";

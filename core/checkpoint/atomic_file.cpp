@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -202,13 +203,46 @@ StagedDirectory::StagedDirectory(fs::path final_path) : final_path_(std::move(fi
     throw_os_error("cannot create a staging directory beside", final_path_, errno);
   }
   staging_path_ = fs::path(name.data());
+  lock_fd_ = ::open(staging_path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error_number = errno;
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    std::error_code ignored;
+    fs::remove_all(staging_path_, ignored);
+    throw_os_error("cannot lock the staging directory", staging_path_, error_number);
+  }
   apply_umask(name.data(), true);
 }
 
 StagedDirectory::~StagedDirectory() {
-  if (committed_) return;
-  std::error_code ignored;
-  fs::remove_all(staging_path_, ignored);
+  if (!committed_) {
+    std::error_code ignored;
+    fs::remove_all(staging_path_, ignored);
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+std::vector<fs::path> remove_abandoned_staging(const fs::path& final_path) {
+  fs::path target = final_path;
+  if (target.filename().empty()) target = target.parent_path();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + std::string(kStagingMarker);
+  std::vector<fs::path> removed;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix) || !is_staging_name(name)) continue;
+    if (!entry.is_directory(error) || entry.is_symlink(error)) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    // A writer holds its lock until it commits or ends; one we can take is nobody's.
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      std::error_code ignored;
+      if (fs::remove_all(entry.path(), ignored) > 0 && !ignored) removed.push_back(entry.path());
+    }
+    ::close(fd);
+  }
+  return removed;
 }
 
 void StagedDirectory::commit() {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/crc.hpp>
 
@@ -64,8 +65,11 @@ void fsync_directory(const std::filesystem::path& directory);
 FileDigest write_file_atomically(const std::filesystem::path& path, std::string_view contents);
 
 // A directory built beside its final place and moved there in one rename by commit().
-// Until then nothing is visible under the final name; if commit() is never reached (an exception,
-// a crash), the destructor removes the staging directory and the final name keeps what it had.
+// Until then nothing is visible under the final name; if commit() is never reached (an exception),
+// the destructor removes the staging directory and the final name keeps what it had. While it
+// lives it holds an flock on the staging directory, which the operating system drops however the
+// process ends: a staging directory nobody holds was left by a killed process
+// (remove_abandoned_staging).
 class StagedDirectory {
  public:
   // Creates `FINAL.tmp-XXXXXX` (the parent must exist).
@@ -85,8 +89,13 @@ class StagedDirectory {
  private:
   std::filesystem::path final_path_;
   std::filesystem::path staging_path_;
+  int lock_fd_ = -1;  // holds the flock on the staging directory
   bool committed_ = false;
 };
+
+// Removes the staging directories of `final_path` (FINAL.tmp-XXXXXX) that no process holds: what
+// a killed export left. Returns what it removed. A live writer's directory is never touched.
+std::vector<std::filesystem::path> remove_abandoned_staging(const std::filesystem::path& final_path);
 
 // True when `name` is a staging name that StagedDirectory or write_file_atomically makes
 // ("iter_0000042.tmp-AbC123"): what an interrupted write leaves behind.

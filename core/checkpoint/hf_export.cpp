@@ -1,6 +1,7 @@
 // Hugging Face Llama export of a checkpoint (core/checkpoint/hf_export.hpp, SPEC 12).
 #include "core/checkpoint/hf_export.hpp"
 
+#include <iostream>
 #include <set>
 #include <stdexcept>
 #include <system_error>
@@ -182,6 +183,9 @@ ExportSummary export_hugging_face(const ExportOptions& options) {
   summary.tensors = exported.size();
 
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  for (const auto& leftover : remove_abandoned_staging(out)) {
+    std::cerr << "note: removed " << leftover.string() << ", left by an export that was killed (no process held it)\n";
+  }
   StagedDirectory staged(out);
   FileWriter config_writer(staged.staging_path() / "config.json");
   config_writer.write(llama_config(state.run_config, torch_dtype).dump(2) + "\n");

@@ -1,7 +1,9 @@
 // Checkpoint manifests: writing, reading, checking, verifying listed files (manifest.hpp).
 #include "core/checkpoint/manifest.hpp"
 
+#include <array>
 #include <fstream>
+#include <iostream>
 #include <stdexcept>
 #include <system_error>
 
@@ -13,6 +15,82 @@ using json = nlohmann::json;
 namespace {
 
 constexpr std::string_view kIterationPrefix = "iter_";
+
+// What to do about a manifest that breaks a rule: tandem writes it once and never edits it.
+constexpr std::string_view kManifestFix =
+    "fix: the manifest was damaged or edited after tandem wrote it; restore the original "
+    "manifest.json, or point --load at an earlier iter_ directory";
+
+[[noreturn]] void refuse(const fs::path& manifest, const std::string& field, const json& value,
+                         const std::string& rule) {
+  fail(manifest, "field \"" + field + "\" holds " + value.dump() + ", but " + rule + "; " +
+                     std::string(kManifestFix));
+}
+
+void check_checksum(const json& manifest, const fs::path& path) {
+  const auto stored = manifest.find(kManifestChecksumField);
+  if (stored == manifest.end()) {
+    std::cerr << "warning: " << path.string() << " has no \"" << kManifestChecksumField
+              << "\" (written before tandem checksummed its manifests): its fields are checked, "
+                 "but an edit of them cannot be detected\n";
+    return;
+  }
+  const std::string field(kManifestChecksumField);
+  if (!stored->is_string()) refuse(path, field, *stored, "it must be a string of 8 hex digits");
+  const std::string computed = manifest_checksum(manifest);
+  if (stored->get<std::string>() != computed) {
+    refuse(path, field, *stored,
+           "the manifest's content has CRC-32 \"" + computed +
+               "\" (a checkpoint's manifest must be as tandem wrote it)");
+  }
+}
+
+// The SPEC 1 counters as the manifest's "counters" names them.
+struct CounterField {
+  const char* name;
+  std::int64_t Counters::*member;
+};
+constexpr std::array<CounterField, 9> kRequiredCounters{{
+    {"iteration", &Counters::iteration},
+    {"consumed_samples", &Counters::consumed_samples},
+    {"successful_updates", &Counters::successful_updates},
+    {"skipped_updates", &Counters::skipped_updates},
+    {"consecutive_skips", &Counters::consecutive_skips},
+    {"input_tokens", &Counters::input_tokens},
+    {"loss_tokens", &Counters::loss_tokens},
+    {"pad_tokens", &Counters::pad_tokens},
+    {"scheduler_samples", &Counters::scheduler_samples},
+}};
+
+Counters read_counters(const json& manifest, const fs::path& path) {
+  const json& counters = object_field(manifest, "counters", path);
+  Counters out;
+  auto read = [&](const char* name) {
+    const std::int64_t value = integer_field(counters, name, path);
+    if (value < 0) refuse(path, std::string("counters.") + name, value, "a counter is never negative");
+    return value;
+  };
+  for (const auto& counter : kRequiredCounters) out.*counter.member = read(counter.name);
+  // Written since validation (docs/DATA.md section 12); a checkpoint without it evaluated nothing
+  // yet as far as it records, as Megatron reads a missing consumed_valid_samples as 0.
+  out.consumed_valid_samples = counters.contains("consumed_valid_samples") ? read("consumed_valid_samples") : 0;
+  // SPEC 1/8: every iteration either updates or skips; skips in a row are among all skips; the
+  // scheduler advances only on updates, by the same samples the data position does.
+  if (out.successful_updates + out.skipped_updates != out.iteration) {
+    refuse(path, "counters.iteration", out.iteration,
+           "it must equal successful_updates + skipped_updates (" + std::to_string(out.successful_updates) +
+               " + " + std::to_string(out.skipped_updates) + ")");
+  }
+  if (out.consecutive_skips > out.skipped_updates) {
+    refuse(path, "counters.consecutive_skips", out.consecutive_skips,
+           "it cannot exceed skipped_updates (" + std::to_string(out.skipped_updates) + ")");
+  }
+  if (out.scheduler_samples > out.consumed_samples) {
+    refuse(path, "counters.scheduler_samples", out.scheduler_samples,
+           "it cannot exceed consumed_samples (" + std::to_string(out.consumed_samples) + ")");
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -83,8 +161,20 @@ json make_manifest(const CheckpointState& state, std::int64_t format_version, co
       {"files", files},
   };
   for (const auto& [name, value] : sections.items()) manifest[name] = value;
+  seal(manifest);
   return manifest;
 }
+
+std::string manifest_checksum(const json& manifest) {
+  json content = manifest;
+  content.erase(kManifestChecksumField);
+  const std::string text = content.dump();  // compact; nlohmann's objects keep their keys sorted
+  boost::crc_32_type crc;
+  crc.process_bytes(text.data(), text.size());
+  return crc32_hex(crc.checksum());
+}
+
+void seal(json& manifest) { manifest[std::string(kManifestChecksumField)] = manifest_checksum(manifest); }
 
 void write_manifest(const fs::path& directory, const json& manifest) {
   FileWriter writer(directory / kManifestFileName);
@@ -94,14 +184,14 @@ void write_manifest(const fs::path& directory, const json& manifest) {
 
 const json& field(const json& object, std::string_view name, const fs::path& manifest) {
   const auto found = object.find(name);
-  if (found == object.end()) fail(manifest, "field \"" + std::string(name) + "\" is missing");
+  if (found == object.end()) fail(manifest, "field \"" + std::string(name) + "\" is missing; " + std::string(kManifestFix));
   return *found;
 }
 
 std::int64_t integer_field(const json& object, std::string_view name, const fs::path& manifest) {
   const json& value = field(object, name, manifest);
   if (!value.is_number_integer()) {
-    fail(manifest, "field \"" + std::string(name) + "\" holds " + value.dump() + ", not an integer");
+    fail(manifest, "field \"" + std::string(name) + "\" holds " + value.dump() + ", not an integer; " + std::string(kManifestFix));
   }
   return value.get<std::int64_t>();
 }
@@ -109,7 +199,7 @@ std::int64_t integer_field(const json& object, std::string_view name, const fs::
 std::string string_field(const json& object, std::string_view name, const fs::path& manifest) {
   const json& value = field(object, name, manifest);
   if (!value.is_string()) {
-    fail(manifest, "field \"" + std::string(name) + "\" holds " + value.dump() + ", not a string");
+    fail(manifest, "field \"" + std::string(name) + "\" holds " + value.dump() + ", not a string; " + std::string(kManifestFix));
   }
   return value.get<std::string>();
 }
@@ -117,7 +207,7 @@ std::string string_field(const json& object, std::string_view name, const fs::pa
 const json& object_field(const json& object, std::string_view name, const fs::path& manifest) {
   const json& value = field(object, name, manifest);
   if (!value.is_object()) {
-    fail(manifest, "field \"" + std::string(name) + "\" holds " + value.dump() + ", not an object");
+    fail(manifest, "field \"" + std::string(name) + "\" holds " + value.dump() + ", not an object; " + std::string(kManifestFix));
   }
   return value;
 }
@@ -135,6 +225,7 @@ ReadManifest read_manifest(const fs::path& directory) {
   }
   const json& manifest = out.json;
   if (!manifest.is_object()) fail(path, "is not a JSON object");
+  check_checksum(manifest, path);
   const std::string format = string_field(manifest, "format", path);
   if (format != kCheckpointFormat) {
     fail(path, "format is \"" + format + "\", not \"" + std::string(kCheckpointFormat) + "\"");
@@ -149,28 +240,17 @@ ReadManifest read_manifest(const fs::path& directory) {
 
   CheckpointState& state = out.state;
   state.engine = string_field(manifest, "engine", path);
+  if (state.engine != "reference" && state.engine != "production") {
+    refuse(path, "engine", state.engine, "it must be \"reference\" or \"production\"");
+  }
   state.precision = string_field(manifest, "precision", path);
   if (state.precision != kDtypeF32 && state.precision != kDtypeF64) {
-    fail(path, "precision \"" + state.precision + "\" is neither F32 nor F64");
+    refuse(path, "precision", state.precision, "it must be \"F32\" or \"F64\" (SPEC 9)");
   }
-  const json& counters = object_field(manifest, "counters", path);
-  state.counters.iteration = integer_field(counters, "iteration", path);
-  state.counters.consumed_samples = integer_field(counters, "consumed_samples", path);
-  state.counters.successful_updates = integer_field(counters, "successful_updates", path);
-  state.counters.skipped_updates = integer_field(counters, "skipped_updates", path);
-  state.counters.consecutive_skips = integer_field(counters, "consecutive_skips", path);
-  state.counters.input_tokens = integer_field(counters, "input_tokens", path);
-  state.counters.loss_tokens = integer_field(counters, "loss_tokens", path);
-  state.counters.pad_tokens = integer_field(counters, "pad_tokens", path);
-  state.counters.scheduler_samples = integer_field(counters, "scheduler_samples", path);
-  // Written since validation (docs/DATA.md section 12); a checkpoint without it evaluated nothing
-  // yet as far as it records, as Megatron reads a missing consumed_valid_samples as 0.
-  state.counters.consumed_valid_samples =
-      counters.contains("consumed_valid_samples")
-          ? integer_field(counters, "consumed_valid_samples", path)
-          : 0;
-  if (integer_field(manifest, "iteration", path) != state.counters.iteration) {
-    fail(path, "iteration and counters.iteration disagree");
+  state.counters = read_counters(manifest, path);
+  if (const std::int64_t iteration = integer_field(manifest, "iteration", path); iteration != state.counters.iteration) {
+    refuse(path, "iteration", iteration,
+           "it must equal counters.iteration (" + std::to_string(state.counters.iteration) + ")");
   }
   const std::string directory_name = directory.filename().empty()
                                          ? directory.parent_path().filename().string()
@@ -181,19 +261,27 @@ ReadManifest read_manifest(const fs::path& directory) {
                    " but lies in directory " + directory_name);
   }
   // SPEC 7/8: the step count t and the scheduler's n, recorded in their own sections too.
-  if (integer_field(object_field(manifest, "optimizer", path), "step", path) !=
-      state.counters.successful_updates) {
-    fail(path, "optimizer.step and counters.successful_updates disagree");
+  if (const std::int64_t step = integer_field(object_field(manifest, "optimizer", path), "step", path);
+      step != state.counters.successful_updates) {
+    refuse(path, "optimizer.step", step,
+           "it must equal counters.successful_updates (" + std::to_string(state.counters.successful_updates) + ")");
   }
-  if (integer_field(object_field(manifest, "scheduler", path), "num_samples", path) !=
-      state.counters.scheduler_samples) {
-    fail(path, "scheduler.num_samples and counters.scheduler_samples disagree");
+  if (const std::int64_t num_samples = integer_field(object_field(manifest, "scheduler", path), "num_samples", path);
+      num_samples != state.counters.scheduler_samples) {
+    refuse(path, "scheduler.num_samples", num_samples,
+           "it must equal counters.scheduler_samples (" + std::to_string(state.counters.scheduler_samples) + ")");
   }
-  state.data_position = field(manifest, "data_position", path);
-  state.random_streams = field(manifest, "random_streams", path);
-  state.parallel_layout = field(manifest, "parallel_layout", path);
-  state.run_config = field(manifest, "run_config", path);
-  state.extra = field(manifest, "extra", path);
+  state.data_position = object_field(manifest, "data_position", path);
+  if (const auto next = state.data_position.find("next_global_sample"); next != state.data_position.end()) {
+    if (!next->is_number_integer() || next->get<std::int64_t>() != state.counters.consumed_samples) {
+      refuse(path, "data_position.next_global_sample", *next,
+             "it must equal counters.consumed_samples (" + std::to_string(state.counters.consumed_samples) + ")");
+    }
+  }
+  state.random_streams = object_field(manifest, "random_streams", path);
+  state.parallel_layout = object_field(manifest, "parallel_layout", path);
+  state.run_config = object_field(manifest, "run_config", path);
+  state.extra = object_field(manifest, "extra", path);
   object_field(manifest, "files", path);
   return out;
 }

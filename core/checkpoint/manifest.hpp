@@ -40,6 +40,15 @@ nlohmann::json file_record(const FileDigest& digest, std::size_t tensor_count);
 nlohmann::json make_manifest(const CheckpointState& state, std::int64_t format_version,
                              const nlohmann::json& files, const nlohmann::json& sections = nlohmann::json::object());
 
+// The manifest's own checksum (docs/checkpoint.md "The manifest"): field `manifest_crc32`, the
+// CRC-32 (8 hex digits) of the manifest's compact JSON with keys sorted and that field left out,
+// so an edit of any field (a consumed_samples moved from 40 to 50) is refused on load.
+inline constexpr std::string_view kManifestChecksumField = "manifest_crc32";
+std::string manifest_checksum(const nlohmann::json& manifest);
+// Sets `manifest_crc32` to the checksum of the rest (make_manifest does; tests that edit a
+// manifest on purpose reseal it to reach the check they aim at).
+void seal(nlohmann::json& manifest);
+
 // Writes the manifest into a staging directory (fsynced).
 void write_manifest(const std::filesystem::path& directory, const nlohmann::json& manifest);
 
@@ -50,8 +59,10 @@ struct ReadManifest {
   CheckpointState state;  // every field but the tensors
 };
 
-// Reads DIRECTORY/manifest.json and checks the format, the version (1, 2 or 3) and every field the
-// state needs, and that the iteration agrees with the directory's name. Throws naming the file.
+// Reads DIRECTORY/manifest.json and checks its checksum, the format, the version (1, 2 or 3), every
+// field the state needs (presence, type, range, agreement between fields), and that the
+// iteration agrees with the directory's name. Throws naming the file, the field, the value and the
+// rule. A manifest written before manifests had a checksum loads with a warning on stderr.
 ReadManifest read_manifest(const std::filesystem::path& directory);
 
 // Field access with errors naming the manifest and the field.

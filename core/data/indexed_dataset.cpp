@@ -4,6 +4,8 @@
 #include "core/data/indexed_dataset.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <utility>
 
@@ -23,6 +26,34 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
+
+// Removes PREFIX.bin.tmp.PID and PREFIX.idx.tmp.PID files that a killed writer left: nobody holds
+// their flock (a live writer does, and the operating system drops it when the writer dies) and no
+// process PID runs on this host. Returns the removed paths.
+std::vector<std::string> remove_abandoned_temporaries(const std::string& prefix) {
+  const std::filesystem::path target(prefix);
+  const std::filesystem::path parent = target.has_parent_path() ? target.parent_path() : ".";
+  const std::string base = target.filename().string();
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    std::string digits;
+    for (const char* kind : {".bin.tmp.", ".idx.tmp."}) {
+      if (name.starts_with(base + kind)) digits = name.substr(base.size() + std::strlen(kind));
+    }
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may be running
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlink(entry.path().c_str()) == 0) {
+      removed.push_back(entry.path().string());
+    }
+    ::close(fd);
+  }
+  return removed;
+}
 
 template <typename T>
 T load(const std::byte* at) {
@@ -412,11 +443,21 @@ IndexedDatasetWriter::IndexedDatasetWriter(IndexedDatasetWriterConfig config)
     throw DatasetError("--output-prefix " + config_.prefix + ": directory " + parent.string() +
                        " does not exist; fix: create it first");
   }
+  for (const auto& leftover : remove_abandoned_temporaries(config_.prefix)) {
+    std::cerr << "note: removed " << leftover << ", left by a dataset write that was killed (no process holds it)\n";
+  }
   const std::string unique = ".tmp." + std::to_string(::getpid());
   bin_temp_ = bin_path(config_.prefix) + unique;
   idx_temp_ = idx_path(config_.prefix) + unique;
   bin_fd_ = ::open(bin_temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (bin_fd_ < 0) throw DatasetError(bin_temp_ + ": cannot create: " + errno_text());
+  if (::flock(bin_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const std::string reason = errno_text();
+    ::close(bin_fd_);
+    bin_fd_ = -1;
+    throw DatasetError(bin_temp_ + ": cannot lock (" + reason + "); another tandem process with this PID writes " +
+                       config_.prefix + "?");
+  }
   document_indices_.push_back(0);
 }
 
@@ -438,15 +479,31 @@ void IndexedDatasetWriter::write_bin(const void* bytes, std::size_t count) {
 }
 
 void IndexedDatasetWriter::add_document(std::span<const std::int32_t> tokens) {
+  add_document_pieces(std::vector<std::span<const std::int32_t>>{tokens});
+}
+
+void IndexedDatasetWriter::add_document_pieces(const std::vector<std::span<const std::int32_t>>& pieces) {
   if (finished_) throw DatasetError(config_.prefix + ": add_document after finish()");
-  if (tokens.empty()) {
+  // Megatron's preprocess_data.py: every non-empty piece is one sequence, the EOD ends the last.
+  std::size_t last_non_empty = pieces.size();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].empty()) last_non_empty = i;
+  }
+  if (last_non_empty == pieces.size()) {
     // SPEC 2: an empty document is recorded with no tokens and no sequence (Megatron's
     // add_document with no lengths appends a repeated document index).
     ++empty_documents_;
     document_indices_.push_back(static_cast<std::int64_t>(lengths_.size()));
     return;
   }
-  const std::size_t with_eod = tokens.size() + (config_.append_eod ? 1 : 0);
+  for (std::size_t i = 0; i <= last_non_empty; ++i) {
+    if (!pieces[i].empty()) append_sequence(pieces[i], config_.append_eod && i == last_non_empty);
+  }
+  document_indices_.push_back(static_cast<std::int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::append_sequence(std::span<const std::int32_t> tokens, bool append_eod) {
+  const std::size_t with_eod = tokens.size() + (append_eod ? 1 : 0);
   if (with_eod > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw DatasetError(config_.prefix + ": a document of " + std::to_string(with_eod) +
                        " tokens exceeds the int32 length field of .idx; fix: split it");
@@ -469,22 +526,17 @@ void IndexedDatasetWriter::add_document(std::span<const std::int32_t> tokens) {
     }
   };
   for (std::size_t i = 0; i < tokens.size(); ++i) encode(tokens[i], i);
-  if (config_.append_eod) encode(config_.eod_token, tokens.size());
+  if (append_eod) encode(config_.eod_token, tokens.size());
   write_bin(encode_buffer_.data(), encode_buffer_.size());
   lengths_.push_back(static_cast<std::int32_t>(with_eod));
-  document_indices_.push_back(static_cast<std::int64_t>(lengths_.size()));
   tokens_ += static_cast<std::int64_t>(with_eod);
 }
 
 IndexedDatasetSummary IndexedDatasetWriter::finish() {
   if (finished_) throw DatasetError(config_.prefix + ": finish() called twice");
   try {
+    // Both temporaries stay open, and so locked, until they are renamed into place.
     fsync_or_throw(bin_fd_, bin_temp_);
-    if (::close(bin_fd_) != 0) {
-      bin_fd_ = -1;
-      throw DatasetError(bin_temp_ + ": close failed: " + errno_text());
-    }
-    bin_fd_ = -1;
 
     // The .idx of SPEC 2, in order.
     std::vector<unsigned char> index;
@@ -504,27 +556,30 @@ IndexedDatasetSummary IndexedDatasetWriter::finish() {
 
     const int idx_fd = ::open(idx_temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (idx_fd < 0) throw DatasetError(idx_temp_ + ": cannot create: " + errno_text());
+    const std::string bin_final = bin_path(config_.prefix);
+    const std::string idx_final = idx_path(config_.prefix);
     try {
+      if (::flock(idx_fd, LOCK_EX | LOCK_NB) != 0) throw DatasetError(idx_temp_ + ": cannot lock: " + errno_text());
       write_all(idx_fd, index.data(), index.size(), idx_temp_);
       fsync_or_throw(idx_fd, idx_temp_);
+      // Old .idx out first, then .bin, then .idx: never a new .bin under an old .idx.
+      if (::unlink(idx_final.c_str()) != 0 && errno != ENOENT) {
+        throw DatasetError(idx_final + ": cannot replace: " + errno_text());
+      }
+      if (::rename(bin_temp_.c_str(), bin_final.c_str()) != 0) {
+        throw DatasetError(bin_final + ": rename failed: " + errno_text());
+      }
+      if (::rename(idx_temp_.c_str(), idx_final.c_str()) != 0) {
+        throw DatasetError(idx_final + ": rename failed: " + errno_text());
+      }
     } catch (...) {
       ::close(idx_fd);
       throw;
     }
-    if (::close(idx_fd) != 0) throw DatasetError(idx_temp_ + ": close failed: " + errno_text());
-
-    // Old .idx out first, then .bin, then .idx: never a new .bin under an old .idx.
-    const std::string bin_final = bin_path(config_.prefix);
-    const std::string idx_final = idx_path(config_.prefix);
-    if (::unlink(idx_final.c_str()) != 0 && errno != ENOENT) {
-      throw DatasetError(idx_final + ": cannot replace: " + errno_text());
-    }
-    if (::rename(bin_temp_.c_str(), bin_final.c_str()) != 0) {
-      throw DatasetError(bin_final + ": rename failed: " + errno_text());
-    }
-    if (::rename(idx_temp_.c_str(), idx_final.c_str()) != 0) {
-      throw DatasetError(idx_final + ": rename failed: " + errno_text());
-    }
+    const bool idx_closed = ::close(idx_fd) == 0;
+    const bool bin_closed = ::close(bin_fd_) == 0;
+    bin_fd_ = -1;
+    if (!idx_closed || !bin_closed) throw DatasetError(config_.prefix + ": close failed: " + errno_text());
     fsync_directory(idx_final);
     finished_ = true;
 

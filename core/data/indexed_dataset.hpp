@@ -127,7 +127,7 @@ struct IndexedDatasetWriterConfig {
 struct IndexedDatasetSummary {
   std::int64_t documents = 0;        // documents recorded, empty ones included
   std::int64_t empty_documents = 0;  // documents with no tokens (no sequence recorded)
-  std::int64_t sequences = 0;        // N: one per non-empty document
+  std::int64_t sequences = 0;        // N: one per non-empty document (or per non-empty piece)
   std::int64_t tokens = 0;           // tokens in .bin, EODs included
   TokenDtype dtype = TokenDtype::uint16;
   std::string bin_path;
@@ -138,7 +138,9 @@ struct IndexedDatasetSummary {
 // fsyncs them, removes the old PREFIX.idx, renames .bin then .idx into place and fsyncs the
 // directory. An interrupted or failed write therefore leaves the old pair, or no .idx at all
 // (which the reader refuses), never a new .bin described by an old .idx. Destroying an
-// unfinished writer removes its temporaries.
+// unfinished writer removes its temporaries. The writer holds an flock on each temporary while it
+// exists, so the next writer of PREFIX can tell a killed writer's temporaries from a live one's: it
+// removes those nobody holds whose PID does not run on this host, and says so on stderr.
 class IndexedDatasetWriter {
  public:
   explicit IndexedDatasetWriter(IndexedDatasetWriterConfig config);
@@ -149,9 +151,14 @@ class IndexedDatasetWriter {
   // One document (SPEC 2): a non-empty one becomes one sequence with EOD appended; an empty one
   // adds a document boundary with no sequence and no tokens, as Megatron's add_document([], []).
   void add_document(std::span<const std::int32_t> tokens);
+  // One document given in pieces, as Megatron's preprocess_data.py writes a list-valued "text" (or
+  // split sentences): each non-empty piece becomes one sequence, the EOD is appended to the last;
+  // a document whose pieces are all empty is recorded as an empty document.
+  void add_document_pieces(const std::vector<std::span<const std::int32_t>>& pieces);
   IndexedDatasetSummary finish();
 
  private:
+  void append_sequence(std::span<const std::int32_t> tokens, bool append_eod);
   void write_bin(const void* bytes, std::size_t count);
   void discard() noexcept;
 

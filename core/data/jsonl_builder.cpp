@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -80,13 +81,30 @@ void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& inpu
                            "\" string; fix: add the field",
                        line_number);
     }
-    if (!text->is_string()) {
+    JsonlDocument pieces;
+    if (text->is_string()) {
+      pieces.push_back(byte_tokenize(text->get_ref<const std::string&>()));
+    } else if (text->is_array()) {
+      // Megatron's preprocess_data.py: a list's elements are tokenized one by one (its sentences).
+      for (std::size_t i = 0; i < text->size(); ++i) {
+        const auto& piece = (*text)[i];
+        if (!piece.is_string()) {
+          throw JsonlError(where + "\"" + config.text_key + "\"[" + std::to_string(i) + "] is a " +
+                               std::string(piece.type_name()) +
+                               "; expected a string (a list-valued text holds strings); fix: store "
+                               "each piece of the document's text as a string",
+                           line_number);
+        }
+        pieces.push_back(byte_tokenize(piece.get_ref<const std::string&>()));
+      }
+    } else {
       throw JsonlError(where + "\"" + config.text_key + "\" is a " +
                            std::string(text->type_name()) +
-                           "; expected a string; fix: store the document's text as a string",
+                           "; expected a string or a list of strings; fix: store the document's "
+                           "text as a string",
                        line_number);
     }
-    take(byte_tokenize(text->get_ref<const std::string&>()));
+    take(std::move(pieces));
   }
   if (input.bad()) {
     throw JsonlError("--input " + config.input_path + ": read failed after line " +
@@ -97,23 +115,28 @@ void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& inpu
 
 }  // namespace
 
-std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConfig& config) {
-  std::vector<std::vector<std::int32_t>> documents;
+namespace {
+
+std::vector<std::span<const std::int32_t>> spans_of(const JsonlDocument& document) {
+  return {document.begin(), document.end()};
+}
+
+}  // namespace
+
+std::vector<JsonlDocument> read_jsonl_documents(const JsonlBuildConfig& config) {
+  std::vector<JsonlDocument> documents;
   auto input = open_jsonl(config);
-  for_each_jsonl_document(config, input, [&](std::vector<std::int32_t> tokens) {
-    documents.push_back(std::move(tokens));
-  });
+  for_each_jsonl_document(config, input, [&](JsonlDocument pieces) { documents.push_back(std::move(pieces)); });
   return documents;
 }
 
-IndexedDatasetSummary write_documents(const std::string& prefix,
-                                      const std::vector<std::vector<std::int32_t>>& documents) {
+IndexedDatasetSummary write_documents(const std::string& prefix, const std::vector<JsonlDocument>& documents) {
   IndexedDatasetWriterConfig writer_config;
   writer_config.prefix = prefix;
   writer_config.vocab_size = kByteVocabularySize;
   writer_config.eod_token = kEodToken;
   IndexedDatasetWriter writer(writer_config);  // removes its temporaries if we throw
-  for (const auto& document : documents) writer.add_document(document);
+  for (const auto& document : documents) writer.add_document_pieces(spans_of(document));
   return writer.finish();
 }
 
@@ -132,9 +155,7 @@ IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
                      0);
   }
   IndexedDatasetWriter writer(writer_config);
-  for_each_jsonl_document(config, input, [&](const std::vector<std::int32_t>& tokens) {
-    writer.add_document(tokens);
-  });
+  for_each_jsonl_document(config, input, [&](const JsonlDocument& pieces) { writer.add_document_pieces(spans_of(pieces)); });
   return writer.finish();
 }
 
@@ -169,25 +190,24 @@ std::string default_corpus_jsonl_path() {
 
 namespace {
 // Whether PREFIX already holds exactly these documents as the writer would record them.
-bool dataset_holds(const std::string& prefix,
-                   const std::vector<std::vector<std::int32_t>>& documents) {
+bool dataset_holds(const std::string& prefix, const std::vector<JsonlDocument>& documents) {
   try {
     const auto dataset = IndexedDataset::open(prefix, dtype_for_vocabulary(kByteVocabularySize));
     if (dataset.document_count() != static_cast<std::int64_t>(documents.size())) return false;
     std::int64_t sequence = 0;
     for (std::size_t d = 0; d < documents.size(); ++d) {
-      const auto& text = documents[d];
+      // The sequences the writer records: the non-empty pieces, the EOD after the last.
+      std::vector<std::vector<std::int32_t>> expected;
+      for (const auto& piece : documents[d]) {
+        if (!piece.empty()) expected.push_back(piece);
+      }
+      if (!expected.empty()) expected.back().push_back(kEodToken);
       const std::int64_t first = dataset.document_index(static_cast<std::int64_t>(d));
       const std::int64_t last = dataset.document_index(static_cast<std::int64_t>(d) + 1);
-      if (text.empty()) {
-        if (last != first) return false;
-        continue;
+      if (first != sequence || last != sequence + static_cast<std::int64_t>(expected.size())) return false;
+      for (const auto& tokens : expected) {
+        if (dataset.sequence_tokens(sequence++) != tokens) return false;
       }
-      if (first != sequence || last != sequence + 1) return false;
-      auto tokens = dataset.sequence_tokens(sequence++);
-      if (tokens.size() != text.size() + 1 || tokens.back() != kEodToken) return false;
-      tokens.pop_back();
-      if (tokens != text) return false;
     }
     return true;
   } catch (const DatasetError&) {

@@ -1,4 +1,5 @@
-// `tandem data build` as a library call: JSON Lines documents with a "text" field, tokenized by
+// `tandem data build` as a library call: JSON Lines documents with a "text" field (a string, or a
+// list of strings as Megatron's preprocessing accepts), tokenized by
 // the byte tokenizer of SPEC 12, written as a Megatron indexed dataset (SPEC 2). Also where the
 // embedded default corpus lives and how it becomes a dataset at run time.
 #pragma once
@@ -35,13 +36,17 @@ struct JsonlBuildConfig {
   std::string text_key = "text";   // the field holding each document's text
 };
 
-// Reads and checks every line, tokenized (one vector per document, EOD not yet appended).
+// One document's tokens, in the pieces its "text" gives: one piece for a string, one per element
+// for a list of strings (Megatron's preprocess_data.py tokenizes a list's elements one by one and
+// records each non-empty one as a sequence of the document; the EOD ends the last).
+using JsonlDocument = std::vector<std::vector<std::int32_t>>;
+
+// Reads and checks every line, tokenized (EOD not yet appended).
 // Throws JsonlError naming the file and 1-based line of the first bad line.
-std::vector<std::vector<std::int32_t>> read_jsonl_documents(const JsonlBuildConfig& config);
+std::vector<JsonlDocument> read_jsonl_documents(const JsonlBuildConfig& config);
 
 // Writes byte-tokenized documents to PREFIX atomically (EOD appended to non-empty ones).
-IndexedDatasetSummary write_documents(const std::string& prefix,
-                                      const std::vector<std::vector<std::int32_t>>& documents);
+IndexedDatasetSummary write_documents(const std::string& prefix, const std::vector<JsonlDocument>& documents);
 
 // Streams every line through the tokenizer into the writer, atomically. On any bad line throws
 // JsonlError and leaves no output files behind (an existing dataset at PREFIX stays as it was).

@@ -103,7 +103,7 @@ std::string resolve_log_path(const RunConfig& config, const TrainOptions& option
 
 namespace {
 
-// Why the run stops after this iteration ("" = it goes on): SIGTERM on any rank, or the duration
+// Why the run stops after this iteration ("" = it goes on): a stop signal on any rank, or the duration
 // passed on any rank. One exchange per iteration, and only when either option is on.
 std::string early_exit_reason(const TrainOptions& options, const IterationDriver& driver) {
   if (!options.exit_signal_handler && options.exit_duration_minutes <= 0) return "";
@@ -112,7 +112,11 @@ std::string early_exit_reason(const TrainOptions& options, const IterationDriver
   const double minutes =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - options.start).count() / 60.0;
   const bool expired = any_rank(options.exit_duration_minutes > 0 && minutes > options.exit_duration_minutes);
-  if (signalled) return "SIGTERM received (--exit-signal-handler)";
+  if (signalled) {
+    const std::string here = options.exit_signal_handler ? exit_signal_name() : "";
+    return here.empty() ? "a stop signal (SIGTERM, SIGINT or SIGUSR1) reached another rank (--exit-signal-handler)"
+                        : here + " received (--exit-signal-handler)";
+  }
   if (expired) {
     std::ostringstream reason;
     reason << std::fixed << std::setprecision(2) << minutes << " minutes passed (--exit-duration-in-mins "

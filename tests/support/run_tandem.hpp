@@ -60,11 +60,11 @@ enum class SignalTarget { process, last_child };
 
 // Starts `prefix TANDEM_BINARY arguments...` in the background (stdout and stderr into
 // `output_file`), waits until `log` holds at least `iterations` iteration records (at most 60 s),
-// sends SIGTERM to the process it started, or to that process's last child (one rank, when the
-// prefix is mpirun), and waits for it. Returns the exit code of what it started.
+// sends SIG`signal` (TERM unless told) to the process it started, or to that process's last child
+// (one rank, when the prefix is mpirun), and waits for it. Returns the exit code of what it started.
 inline int signal_tandem_during_run(const std::vector<std::string>& arguments, const std::string& prefix,
                                     const std::string& output_file, const std::string& log, int iterations,
-                                    SignalTarget target) {
+                                    SignalTarget target, const std::string& signal = "TERM") {
   std::string command = prefix + shell_quoted(TANDEM_BINARY);
   for (const auto& argument : arguments) command += " " + shell_quoted(argument);
   const std::string find_child =
@@ -75,7 +75,7 @@ inline int signal_tandem_during_run(const std::vector<std::string>& arguments, c
       "i=0; while [ $i -lt 1200 ]; do n=$(grep -c '\"type\":\"iteration\"' " + shell_quoted(log) + " 2>/dev/null);"
       " [ \"${n:-0}\" -ge " + std::to_string(iterations) + " ] && break; sleep 0.05; i=$((i+1)); done\n"
       "to=$started\n" + (target == SignalTarget::last_child ? find_child : std::string()) +
-      "kill -TERM $to\n"
+      "kill -" + signal + " $to\n"
       "wait $started; echo $?\n");
   return result.output.empty() ? -1 : std::stoi(result.output);
 }
