@@ -166,8 +166,8 @@ Command add_data_command(CLI::App& parent) {
 
   auto inspect_state = std::make_shared<DataInspectState>();
   CLI::App* inspect = data->add_subcommand(
-      "inspect", "Show one sample as the trainers read it: its tokens decoded (byte tokenizer; "
-                 "ids otherwise), its documents, and per position the label, the loss mask, the "
+      "inspect", "Show one sample as the trainers read it: its tokens decoded (byte tokenizer, "
+                 "GPT2BPETokenizer, byte-level HuggingFaceTokenizer; ids otherwise), its documents, and per position the label, the loss mask, the "
                  "position and the attention span (SPEC 3), for the run options given");
   inspect->add_option("prefix", inspect_state->prefix,
                       "PREFIX of PREFIX.bin / PREFIX.idx (the same as --data-path PREFIX; "
