@@ -168,5 +168,36 @@ TEST_F(DataInspect, Gpt2TokensAreDecodedWithTheVocabulary) {
             std::string::npos) << result.output;
 }
 
+// HuggingFaceTokenizer with a ByteLevel decoder: tokenizer.json's keys are GPT-2's byte alphabet,
+// where the bytes that are not printable stand for U+0100 upwards in byte order: space (0x20, the
+// 33rd of them) is "Ġ" U+0120, newline (0x0a, the 11th) is "Ċ" U+010A; "é" (c3 a9) is "Ã©". A
+// document h i Ġw Ã© Ċ reads "hi wé\n"; the added token <|endoftext|> (id 5) is its EOD.
+TEST_F(DataInspect, ByteLevelHuggingFaceTokensAreDecoded) {
+  const fs::path model = root_ / "hf";
+  fs::create_directories(model);
+  std::ofstream(model / "tokenizer.json")
+      << nlohmann::json{{"model", {{"type", "BPE"},
+                                   {"vocab", {{"h", 0}, {"i", 1}, {"\xc4\xa0w", 2}, {"\xc3\x83\xc2\xa9", 3},
+                                              {"\xc4\x8a", 4}}}}},
+                        {"decoder", {{"type", "ByteLevel"}}},
+                        {"added_tokens", {{{"id", 5}, {"content", "<|endoftext|>"}}}}}.dump();
+  std::ofstream(model / "tokenizer_config.json") << nlohmann::json{{"eos_token", "<|endoftext|>"}}.dump();
+  data::IndexedDatasetWriterConfig config;
+  config.prefix = (root_ / "hf-data").string();
+  config.vocab_size = 6;
+  config.eod_token = 5;
+  data::IndexedDatasetWriter writer(config);
+  for (int document = 0; document < 2; ++document) writer.add_document(std::vector<std::int32_t>{0, 1, 2, 3, 4});
+  writer.finish();
+  const auto result = run_tandem({"data", "inspect", config.prefix, "--seq-length", "6", "--data-order",
+                                  "sequential", "--train-samples", "8", "--tokenizer-type",
+                                  "HuggingFaceTokenizer", "--tokenizer-model", model.string()}, "", "2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("; tokens decoded with tokenizer.json's byte-level vocabulary\n"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("  doc 0  slots 0..5  \"hi w\xc3\xa9\\n\" <EOD>\n"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("\n2     0    2 ' w'        3 '\xc3\xa9'        1"), std::string::npos) << result.output;
+}
+
 }  // namespace
 }  // namespace tandem
