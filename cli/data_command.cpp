@@ -4,6 +4,9 @@
 // `tandem data samples [RUN OPTIONS] [--part train|valid] [--first I] [--count N]`: the token
 // windows the trainers read, one sample per line, so the order can be checked against Megatron
 // (tests/megatron/) or by eye.
+// `tandem data inspect [PREFIX] [RUN OPTIONS] [--part train|valid] [--sample N]`: one of those
+// samples decoded, with its documents, positions, attention spans and loss mask
+// (core/data/inspect.hpp). Both open the samples as the trainers do (open_part below).
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -11,6 +14,7 @@
 
 #include "cli/command.hpp"
 #include "core/args.hpp"
+#include "core/data/inspect.hpp"
 #include "core/data/jsonl_builder.hpp"
 #include "core/data/training_data.hpp"
 
@@ -30,24 +34,50 @@ struct DataSamplesState {
   std::int64_t count = -1;     // samples printed; -1: every sample under --data-order megatron
 };
 
+struct DataInspectState {
+  RunArguments run;
+  std::string prefix;          // positional PREFIX: the same as --data-path PREFIX
+  std::string part = "train";  // which --split part: train | valid
+  std::int64_t sample = 0;     // the sample shown
+};
+
+// The samples of `part` that the trainers read for these run options.
+struct OpenedPart {
+  RunConfig config;
+  std::shared_ptr<const data::TrainingSamples> samples;
+};
+OpenedPart open_part(const RunArguments& run, const std::string& part) {
+  OpenedPart opened;
+  opened.config = build_run_config(run);  // ConfigError -> exit 2 in main
+  const data::DatasetSplit split =
+      part == "valid" ? data::DatasetSplit::valid : data::DatasetSplit::train;
+  opened.samples =
+      data::open_training_samples_at(data::resolve_data_path(opened.config), opened.config, split);
+  return opened;
+}
+
+// Samples in Megatron's dataset of `samples` (--data-order megatron, one dataset); -1 when the
+// stream has no end (tandem's orders, blends).
+std::int64_t dataset_length(const data::TrainingSamples& samples) {
+  const auto* index = samples.datasets().front().samples->megatron_index();
+  return index != nullptr && samples.datasets().size() == 1 ? index->sample_count() : -1;
+}
+
 // Prints `first .. first+count-1` of the run's samples of `part`, one line each:
 // "INDEX TOKEN0 ... TOKEN_L" (the L+1 window tokens: inputs then the last label).
 int print_samples(const DataSamplesState& state) {
-  const RunConfig config = build_run_config(state.run);  // ConfigError -> exit 2 in main
-  const data::DatasetSplit split =
-      state.part == "valid" ? data::DatasetSplit::valid : data::DatasetSplit::train;
-  const auto samples = data::open_training_samples_at(data::resolve_data_path(config), config, split);
+  const auto [config, samples] = open_part(state.run, state.part);
   std::int64_t count = state.count;
   if (count < 0) {
-    const auto* index = samples->datasets().front().samples->megatron_index();
-    if (index == nullptr || samples->datasets().size() != 1) {
+    const std::int64_t length = dataset_length(*samples);
+    if (length < 0) {
       std::cerr << "error: --count = (unset): the stream of --data-order "
                 << to_string(config.data.data_order)
                 << " never ends; fix: give --count N (every sample is the default only for "
                    "--data-order megatron, whose dataset has a length)\n";
       return kExitBadInput;
     }
-    count = std::max<std::int64_t>(0, index->sample_count() - state.first);
+    count = std::max<std::int64_t>(0, length - state.first);
   }
   std::string line;
   for (std::int64_t i = state.first; i < state.first + count; ++i) {
@@ -59,6 +89,46 @@ int print_samples(const DataSamplesState& state) {
     line += '\n';
     std::cout << line;
   }
+  return 0;
+}
+
+// Prints sample `state.sample` of `part` as describe_sample's text.
+int inspect_sample(DataInspectState state) {
+  if (!state.prefix.empty()) {
+    if (!state.run.data_paths.empty()) {
+      std::cerr << "error: PREFIX = " << state.prefix << " and --data-path = "
+                << state.run.data_paths.front()
+                << ": both name the data; fix: give one of them (PREFIX is --data-path PREFIX)\n";
+      return kExitBadInput;
+    }
+    state.run.data_paths = {state.prefix};
+  }
+  const auto [config, samples] = open_part(state.run, state.part);
+  const std::int64_t length = dataset_length(*samples);
+  if (length >= 0 && state.sample >= length) {
+    std::cerr << "error: --sample = " << state.sample << ": Megatron's dataset of the " << state.part
+              << " part holds " << length << " samples (0.." << length - 1
+              << "); fix: give --sample below " << length
+              << " or a larger --train-samples\n";
+    return kExitBadInput;
+  }
+  data::InspectContext context;
+  context.source = samples->summary() + ", " + state.part + " part, --data-order " +
+                   to_string(config.data.data_order) + ", --packing " +
+                   to_string(config.data.packing);
+  if (samples->datasets().size() > 1) {
+    const auto position = samples->position(state.sample);
+    context.source += " (blend: sample " + std::to_string(position.dataset_sample) + " of " +
+                      samples->datasets()[static_cast<std::size_t>(position.dataset)].prefix + ")";
+  }
+  context.tokenizer = config.tokenizer;
+  context.vocab_size = config.model.vocab_size;
+  context.reset_position_ids = config.data.reset_position_ids;
+  context.reset_attention_mask = config.data.reset_attention_mask;
+  context.eod_mask_loss = config.data.eod_mask_loss;
+  // The trainers' own sample (build_sample: SPEC 3 masks and positions), not a recomputation.
+  const Sample sample = samples->sample(state.sample);
+  std::cout << data::describe_sample(sample, samples->window_tokens(state.sample), context);
   return 0;
 }
 
@@ -94,10 +164,27 @@ Command add_data_command(CLI::App& parent) {
                       "megatron; required otherwise)")
       ->check(CLI::NonNegativeNumber);
 
+  auto inspect_state = std::make_shared<DataInspectState>();
+  CLI::App* inspect = data->add_subcommand(
+      "inspect", "Show one sample as the trainers read it: its tokens decoded (byte tokenizer, "
+                 "GPT2BPETokenizer, byte-level HuggingFaceTokenizer; ids otherwise), its documents, and per position the label, the loss mask, the "
+                 "position and the attention span (SPEC 3), for the run options given");
+  inspect->add_option("prefix", inspect_state->prefix,
+                      "PREFIX of PREFIX.bin / PREFIX.idx (the same as --data-path PREFIX; "
+                      "without either, the embedded corpus)");
+  add_run_options(*inspect, inspect_state->run);
+  inspect->add_option("--part", inspect_state->part, "the --split part to read: train | valid")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"train", "valid"}));
+  inspect->add_option("--sample", inspect_state->sample,
+                      "the sample's index in the part's training order (default: 0)")
+      ->check(CLI::NonNegativeNumber);
+
   Command command;
   command.app = data;
-  command.run = [state, samples, samples_state]() {
+  command.run = [state, samples, samples_state, inspect, inspect_state]() {
     if (samples->parsed()) return print_samples(*samples_state);
+    if (inspect->parsed()) return inspect_sample(*inspect_state);
     try {
       const auto summary = data::build_dataset_from_jsonl(state->build);
       std::cout << "documents: " << summary.documents << " (" << summary.empty_documents

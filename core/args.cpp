@@ -432,6 +432,10 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "Core's GPTDataset order from --seed, --split, --seq-length, --train-samples; "
                  "docs/DATA.md section 4)")
       ->capture_default_str()->group(data);
+  app.add_option("--data-cache-path", v.data.data_cache_path,
+                 "directory where --data-order megatron caches its document, sample and shuffle "
+                 "indices and memory-maps them (created when missing; default: built in memory at "
+                 "every start; docs/DATA.md section 4)")->group(data);
   app.add_option("--packing", args.packing, "concat | units")->capture_default_str()->group(data);
   app.add_flag("--reset-position-ids,!--no-reset-position-ids", v.data.reset_position_ids,
                "positions restart after each EOD (default on)")->group(data);
@@ -576,6 +580,10 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
     checker.check(data.seed < (std::uint64_t{1} << 32), "--seed", std::to_string(data.seed),
                   "--data-order megatron seeds numpy.random.RandomState, which takes [0, 2^32)",
                   "give a smaller --seed");
+  }
+  if (!data.data_cache_path.empty() && data.data_order != DataOrder::megatron) {
+    config.argument_warnings.push_back("--data-cache-path " + data.data_cache_path + " with --data-order " +
+                                       args.data_order + ": unused (only --data-order megatron builds index files)");
   }
   checker.throw_if_any();
   if (!data.split.empty()) data::parse_split_weights(data.split);  // throws ConfigError on --split

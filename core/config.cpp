@@ -162,6 +162,9 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
   if (p.last_pipeline_stage_layers > 0) out["parallel"]["last_pipeline_stage_layers"] = p.last_pipeline_stage_layers;
   if (p.account_for_embedding_in_pipeline_split) out["parallel"]["account_for_embedding_in_pipeline_split"] = true;
   if (p.account_for_loss_in_pipeline_split) out["parallel"]["account_for_loss_in_pipeline_split"] = true;
+  // Only a run that caches Megatron's indices records where (log headers and checkpoints of every
+  // other run read as they always have).
+  if (!d.data_cache_path.empty()) out["data"]["data_cache_path"] = d.data_cache_path;
   // Only a run that names a tokenizer records it, so the byte tokenizer's runs (log headers,
   // checkpoints, the golden fixtures) read as they always have; an absent "tokenizer" means the
   // byte tokenizer's ids, EOD 256 and PAD 257 (docs/DATA.md section 13).

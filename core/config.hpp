@@ -165,6 +165,10 @@ struct DataConfig {
   bool eod_mask_loss = true;            // SPEC 3: on by default in tandem
   LossNormalization loss_normalization = LossNormalization::per_token;  // SPEC 5 default
   std::uint64_t seed = 1234;            // Megatron's default seed; feeds every random stream
+  // --data-cache-path: a directory where --data-order megatron keeps its indices as files and
+  // memory-maps them (Megatron's option; docs/DATA.md section 4). Empty = built in memory at
+  // every start. Created when missing. The other orders have no index files and ignore it.
+  std::string data_cache_path;
 };
 
 struct CheckpointConfig {

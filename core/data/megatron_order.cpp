@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -45,8 +46,23 @@ void append_shuffled_range(std::vector<T>& out, std::int64_t begin, std::int64_t
 
 }  // namespace
 
+std::string to_string(IndexOrigin origin) {
+  switch (origin) {
+    case IndexOrigin::built: return "built";
+    case IndexOrigin::built_and_cached: return "built and cached";
+    case IndexOrigin::loaded: return "loaded";
+  }
+  return "?";
+}
+
 MegatronGptIndex::MegatronGptIndex(const IndexedDataset& dataset, SequenceRange range,
                                    MegatronOrderConfig config)
+    : MegatronGptIndex(dataset, range, config, nullptr) {
+  build_arrays(dataset, range);
+}
+
+MegatronGptIndex::MegatronGptIndex(const IndexedDataset& dataset, SequenceRange range,
+                                   MegatronOrderConfig config, std::uint64_t* lengths_hash)
     : config_(config) {
   const std::int64_t length = config_.seq_length;
   if (length < 1) {
@@ -61,9 +77,14 @@ MegatronGptIndex::MegatronGptIndex(const IndexedDataset& dataset, SequenceRange 
     throw DatasetError(dataset.prefix() + ": " + std::to_string(range.end) +
                        " sequences; Megatron's document index is int32; fix: split the dataset");
   }
+  // FNV-1a over the lengths: a cache file names the data it was built from by this hash.
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
   for (std::int64_t sequence = range.begin; sequence < range.end; ++sequence) {
-    tokens_per_epoch_ += dataset.sequence_length(sequence);
+    const std::int32_t tokens = dataset.sequence_length(sequence);
+    tokens_per_epoch_ += tokens;
+    hash = (hash ^ static_cast<std::uint32_t>(tokens)) * 0x100000001b3ULL;
   }
+  if (lengths_hash != nullptr) *lengths_hash = hash;
   if (tokens_per_epoch_ == 0) {
     throw DatasetError(dataset.prefix() + ": sequences [" + std::to_string(range.begin) + ", " +
                        std::to_string(range.end) + ") hold no tokens; expected at least 1; fix: "
@@ -81,45 +102,56 @@ MegatronGptIndex::MegatronGptIndex(const IndexedDataset& dataset, SequenceRange 
   for (std::int64_t tokens = tokens_per_epoch_; tokens < tokens_requested; tokens += tokens_per_epoch_) {
     ++epochs_;
   }
-  std::int64_t samples_before_final_epoch = 0;
   if (epochs_ > 1) {
-    samples_before_final_epoch = ((epochs_ - 1) * tokens_per_epoch_ - kExtraToken) / length;
-    const std::int64_t from_final_epoch = config_.num_samples - samples_before_final_epoch;
+    samples_before_final_epoch_ = ((epochs_ - 1) * tokens_per_epoch_ - kExtraToken) / length;
+    const std::int64_t from_final_epoch = config_.num_samples - samples_before_final_epoch_;
     const std::int64_t per_epoch = (tokens_per_epoch_ - kExtraToken) / length;
     separate_final_epoch_ = from_final_epoch <
         static_cast<std::int64_t>(kSeparateFinalEpochThreshold * static_cast<double>(per_epoch));
   }
-
-  NumpyRandomState random(config_.seed);
-  if (separate_final_epoch_) {
-    document_index_ = shuffled_documents(range, epochs_ - 1, random);
-    const auto last = shuffled_documents(range, 1, random);
-    document_index_.insert(document_index_.end(), last.begin(), last.end());
-  } else {
-    document_index_ = shuffled_documents(range, epochs_, random);
-  }
-  document_starts_.reserve(document_index_.size() + 1);
-  std::int64_t offset = 0;
-  for (const std::int32_t sequence : document_index_) {
-    document_starts_.push_back(offset);
-    offset += dataset.sequence_length(sequence);
-  }
-  document_starts_.push_back(offset);
-
   // build_sample_idx with drop_last_partial_sequence (train always; valid by Megatron's default).
   sample_count_ = (epochs_ * tokens_per_epoch_ - kExtraToken) / length;
+}
 
-  const std::int64_t first_range = separate_final_epoch_ ? samples_before_final_epoch : sample_count_;
-  const bool narrow = sample_count_ < static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()) - 1;
-  if (narrow) {
-    shuffle32_.reserve(static_cast<std::size_t>(sample_count_));
-    append_shuffled_range(shuffle32_, 0, first_range, random);
-    if (first_range != sample_count_) append_shuffled_range(shuffle32_, first_range, sample_count_, random);
+bool MegatronGptIndex::narrow_shuffle() const {
+  return sample_count_ < static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max()) - 1;
+}
+
+void MegatronGptIndex::build_arrays(const IndexedDataset& dataset, SequenceRange range) {
+  auto arrays = std::make_shared<Arrays>();
+  NumpyRandomState random(config_.seed);
+  if (separate_final_epoch_) {
+    arrays->document_index = shuffled_documents(range, epochs_ - 1, random);
+    const auto last = shuffled_documents(range, 1, random);
+    arrays->document_index.insert(arrays->document_index.end(), last.begin(), last.end());
   } else {
-    shuffle64_.reserve(static_cast<std::size_t>(sample_count_));
-    append_shuffled_range(shuffle64_, 0, first_range, random);
-    if (first_range != sample_count_) append_shuffled_range(shuffle64_, first_range, sample_count_, random);
+    arrays->document_index = shuffled_documents(range, epochs_, random);
   }
+  arrays->document_starts.reserve(arrays->document_index.size() + 1);
+  std::int64_t offset = 0;
+  for (const std::int32_t sequence : arrays->document_index) {
+    arrays->document_starts.push_back(offset);
+    offset += dataset.sequence_length(sequence);
+  }
+  arrays->document_starts.push_back(offset);
+
+  const std::int64_t first_range = separate_final_epoch_ ? samples_before_final_epoch_ : sample_count_;
+  auto shuffle = [&](auto& out) {
+    out.reserve(static_cast<std::size_t>(sample_count_));
+    append_shuffled_range(out, 0, first_range, random);
+    if (first_range != sample_count_) append_shuffled_range(out, first_range, sample_count_, random);
+  };
+  if (narrow_shuffle()) shuffle(arrays->shuffle32);
+  else shuffle(arrays->shuffle64);
+  view(std::move(arrays));
+}
+
+void MegatronGptIndex::view(std::shared_ptr<const Arrays> arrays) {
+  document_index_ = arrays->document_index;
+  document_starts_ = arrays->document_starts;
+  shuffle32_ = arrays->shuffle32;
+  shuffle64_ = arrays->shuffle64;
+  storage_ = std::move(arrays);
 }
 
 std::int64_t MegatronGptIndex::shuffled(std::int64_t sample) const {
@@ -131,7 +163,7 @@ std::int64_t MegatronGptIndex::shuffled(std::int64_t sample) const {
         " epochs); fix: build the order for more samples (--train-samples, --eval-iters)");
   }
   const auto at = static_cast<std::size_t>(sample);
-  return shuffle32_.empty() ? shuffle64_[at] : static_cast<std::int64_t>(shuffle32_[at]);
+  return narrow_shuffle() ? static_cast<std::int64_t>(shuffle32_[at]) : shuffle64_[at];
 }
 
 std::int64_t MegatronGptIndex::window_begin(std::int64_t sample) const {

@@ -17,9 +17,14 @@
 //              epoch is separate).
 //
 // How a window becomes a Sample (masks, positions: SPEC 3) stays tandem's (core/data/packing.hpp).
+// With --data-cache-path the indices are cached in files and memory-mapped, as Megatron caches
+// its .npy files (megatron_index_cache.cpp; docs/DATA.md section 4).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/data/indexed_dataset.hpp"
@@ -36,14 +41,36 @@ struct MegatronOrderConfig {
   std::uint64_t seed = 1234;     // GPTDatasetConfig.random_seed = --seed, in [0, 2^32)
 };
 
+// Where a MegatronGptIndex came from (--data-cache-path; docs/DATA.md section 4).
+enum class IndexOrigin {
+  built,             // computed in memory (no cache directory)
+  built_and_cached,  // computed, then written to the cache directory
+  loaded,            // memory-mapped from the cache directory
+};
+std::string to_string(IndexOrigin origin);
+
 // The three indices of one GPTDataset split, as tandem keeps them: the document index as
 // Megatron's (int32 sequence ids), the stream offset of each of its entries (instead of
-// Megatron's sample index, which it determines), and the shuffle index.
+// Megatron's sample index, which it determines), and the shuffle index. Held in memory or
+// memory-mapped from a cache file (megatron_index_cache.cpp); read-only either way.
 class MegatronGptIndex {
  public:
-  // Builds the indices of the sequences `range` of `dataset`. Throws std::invalid_argument on a
-  // bad config (naming the option) and DatasetError when the split has no tokens.
+  // Builds the indices of the sequences `range` of `dataset` in memory. Throws
+  // std::invalid_argument on a bad config (naming the option) and DatasetError when the split
+  // has no tokens.
   MegatronGptIndex(const IndexedDataset& dataset, SequenceRange range, MegatronOrderConfig config);
+
+  // The same indices through Megatron's --data-cache-path: loaded (memory-mapped) from
+  // `cache_directory` when a valid file for this dataset, range and config is there, otherwise
+  // built and written there atomically (temporary file, then rename) under a lock file, so that
+  // ranks or threads opening the same index build it once and the others load it. A file that
+  // fails validation (size, header, configuration, checksum) is reported on stderr and replaced.
+  // One line on stderr says built or loaded, the file and the seconds. Throws DatasetError when
+  // the directory cannot be created or written.
+  static std::shared_ptr<const MegatronGptIndex> open(const IndexedDataset& dataset,
+                                                      SequenceRange range,
+                                                      MegatronOrderConfig config,
+                                                      const std::string& cache_directory);
 
   // Samples the dataset holds: floor((epochs x E - 1) / L) (len(GPTDataset)).
   std::int64_t sample_count() const { return sample_count_; }
@@ -51,9 +78,11 @@ class MegatronGptIndex {
   bool separate_final_epoch() const { return separate_final_epoch_; }
   std::int64_t tokens_per_epoch() const { return tokens_per_epoch_; }
   const MegatronOrderConfig& config() const { return config_; }
+  IndexOrigin origin() const { return origin_; }
+  const std::string& cache_file() const { return cache_file_; }  // empty when not cached
 
   // Megatron's document index: the sequence ids in stream order, [epochs x sequences].
-  const std::vector<std::int32_t>& document_index() const { return document_index_; }
+  std::span<const std::int32_t> document_index() const { return document_index_; }
   // shuffle[i]: which window sample i reads; i in [0, sample_count()).
   std::int64_t shuffled(std::int64_t sample) const;
   // The first stream token of sample i: shuffled(i) x L.
@@ -67,16 +96,38 @@ class MegatronGptIndex {
   StreamPlace place(std::int64_t position) const;
 
  private:
+  // The arrays when built in memory.
+  struct Arrays {
+    std::vector<std::int32_t> document_index;
+    std::vector<std::int64_t> document_starts;
+    std::vector<std::uint32_t> shuffle32;
+    std::vector<std::int64_t> shuffle64;
+  };
+  // Checks the config and computes the sizes (epochs, separate last epoch, samples) without
+  // building an array; `lengths_hash` (may be null) receives a hash of the range's sequence
+  // lengths, which identifies the data in a cache file.
+  MegatronGptIndex(const IndexedDataset& dataset, SequenceRange range, MegatronOrderConfig config,
+                   std::uint64_t* lengths_hash);
+  void build_arrays(const IndexedDataset& dataset, SequenceRange range);
+  void view(std::shared_ptr<const Arrays> arrays);
+  bool narrow_shuffle() const;  // uint32 shuffle index (Megatron's rule)
+
   MegatronOrderConfig config_;
   std::int64_t tokens_per_epoch_ = 0;  // E: the split's tokens
   std::int64_t epochs_ = 1;
   bool separate_final_epoch_ = false;
+  std::int64_t samples_before_final_epoch_ = 0;
   std::int64_t sample_count_ = 0;
-  std::vector<std::int32_t> document_index_;   // [epochs x sequences] sequence ids
-  std::vector<std::int64_t> document_starts_;  // [entries + 1] stream offset of each entry
-  // Megatron keeps uint32 below 2^32 - 1 samples, int64 above; so does tandem (memory).
-  std::vector<std::uint32_t> shuffle32_;
-  std::vector<std::int64_t> shuffle64_;
+  IndexOrigin origin_ = IndexOrigin::built;
+  std::string cache_file_;
+  // What the spans below view: the Arrays built, or the mapped cache file.
+  std::shared_ptr<const void> storage_;
+  std::span<const std::int32_t> document_index_;   // [epochs x sequences] sequence ids
+  std::span<const std::int64_t> document_starts_;  // [entries + 1] stream offset of each entry
+  // Megatron keeps uint32 below 2^32 - 1 samples, int64 above; so does tandem (memory). One of
+  // the two is empty.
+  std::span<const std::uint32_t> shuffle32_;
+  std::span<const std::int64_t> shuffle64_;
 };
 
 }  // namespace tandem::data

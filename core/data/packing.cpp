@@ -137,9 +137,10 @@ SampleSource::SampleSource(std::shared_ptr<const IndexedDataset> dataset, Sample
     if (config_.megatron_num_samples < 0) {
       throw std::invalid_argument("SampleSource: --data-order megatron needs megatron_num_samples");
     }
-    megatron_ = std::make_shared<const MegatronGptIndex>(
-        *dataset_, range_,
-        MegatronOrderConfig{config_.seq_length, config_.megatron_num_samples, config_.data.seed});
+    const MegatronOrderConfig order{config_.seq_length, config_.megatron_num_samples, config_.data.seed};
+    megatron_ = config_.data.data_cache_path.empty()
+                    ? std::make_shared<const MegatronGptIndex>(*dataset_, range_, order)
+                    : MegatronGptIndex::open(*dataset_, range_, order, config_.data.data_cache_path);
   }
 }
 
