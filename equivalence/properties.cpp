@@ -458,6 +458,7 @@ void microbatch_mean_differs_exactly_when_loss_token_counts_differ(const TwinKin
   }
   c.documents.lengths = lengths;
   c.documents.alphabet = 256;
+  c.documents.single_loss_token = false;  // this property's own domain (above)
   RunConfig per_token = with_layout(c.config, c.test_layout);
   per_token.optimizer.clip_grad = 0.0;
   // About normalization, not precision: in bf16 the worst-case bound (one bf16 rounding per store
