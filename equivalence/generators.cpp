@@ -1,6 +1,7 @@
 // The harness's case generators (generators.hpp).
 #include "equivalence/generators.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <ostream>
@@ -190,6 +191,7 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
     data.loss_normalization = *rc::gen::weightedElement<LossNormalization>(
         {{4, LossNormalization::per_token}, {1, LossNormalization::microbatch_mean}});
     data.seed = *rc::gen::inRange<std::uint64_t>(1, 1000);
+    c.documents.single_loss_token = *rc::gen::weightedElement<bool>({{7, false}, {1, true}});
 
     const std::int64_t gbs = *any_of<std::int64_t>({1, 2, 3, 4, 6, 8});
     const std::vector<BatchLayout> layouts = all_layouts(gbs);
@@ -303,7 +305,8 @@ std::string case_name(const UpdateCase& c) {
      << to_string(r.data.packing) << " " << to_string(r.data.data_order)
      << (r.data.reset_position_ids ? "" : " no-reset-pos")
      << (r.data.reset_attention_mask ? "" : " no-reset-attn")
-     << (r.data.eod_mask_loss ? "" : " no-eod-mask") << " " << to_string(r.data.loss_normalization)
+     << (r.data.eod_mask_loss ? "" : " no-eod-mask")
+     << (c.documents.single_loss_token ? " single-loss-token" : "") << " " << to_string(r.data.loss_normalization)
      << " | mbs x microbatches x DP: reference " << c.reference_layout.micro_batch_size << "x"
      << c.reference_layout.microbatches << "x" << c.reference_layout.data_parallel << " test "
      << c.test_layout.micro_batch_size << "x" << c.test_layout.microbatches << "x"
@@ -372,7 +375,24 @@ reference::SampleProvider shipped_samples(const RunConfig& config, const Documen
   fs::remove(prefix + ".idx", ignored);
   auto source =
       std::make_shared<const data::SampleSource>(dataset, data::sample_source_config(config));
-  return [source](std::int64_t index) { return source->sample(index); };
+  if (!documents.single_loss_token) return [source](std::int64_t index) { return source->sample(index); };
+  // Global batches start at multiples of GBS (the harness moves twins to such positions, and
+  // every iteration, skipped or not, consumes GBS samples).
+  const std::int64_t gbs = config.batch.global_batch_size;
+  return [source, gbs](std::int64_t index) {
+    bool kept = false;  // an earlier sample of this global batch keeps the one loss token
+    for (std::int64_t earlier = index - index % gbs; earlier < index && !kept; ++earlier) {
+      kept = source->sample(earlier).loss_tokens > 0;
+    }
+    Sample sample = source->sample(index);
+    for (std::uint8_t& mask : sample.loss_mask) {
+      if (mask == 0) continue;
+      if (kept) mask = 0;
+      kept = true;
+    }
+    sample.loss_tokens = std::count(sample.loss_mask.begin(), sample.loss_mask.end(), std::uint8_t{1});
+    return sample;
+  };
 }
 
 }  // namespace tandem::equivalence

@@ -6,7 +6,8 @@
 //              vocab 258 or 384, biases, tied or untied;
 //   documents  lengths 0 (empty) and 1 (a lone EOD) up to longer than two windows, lengths that
 //              put EODs on window edges, runs of lone EODs (windows without loss tokens), concat
-//              or unit packing (padding), sequential or shuffled order, each SPEC 3 flag on/off;
+//              or unit packing (padding), sequential or shuffled order, each SPEC 3 flag on/off,
+//              a single loss token in the global batch;
 //   batches    mbs, microbatches and DP size of the twin under test and of the reference; the
 //              test's TP (1, 2 or 4 where heads, F and the padded vocabulary divide, and groups
 //              divide or are divided: G < TP shares each group) and
@@ -37,6 +38,10 @@ struct DocumentLayout {
   std::vector<std::int64_t> lengths;  // tokens per document, EOD included; 0 = empty document
   std::int32_t alphabet = 16;         // token ids in [0, alphabet) before the EOD
   std::uint64_t token_seed = 1;       // the tokens' counter-based stream
+  // A boundary case (SPEC 5's per-token denominator at 1): every loss position of a global batch
+  // cleared but one, the first loss token of the batch's first sample that has any (a batch
+  // without loss tokens keeps none). The samples' masks are edited after SPEC 3 made them.
+  bool single_loss_token = false;
 };
 
 struct BatchLayout {
@@ -117,7 +122,8 @@ std::int64_t starting_samples(const UpdateCase& c);
 
 // The shipped samples of the case's documents: an indexed dataset written once to a temporary
 // directory (/dev/shm when present), read by data::SampleSource with the run's data section
-// (SPEC 2, 3). The provider owns the dataset; its files are removed once mapped.
+// (SPEC 2, 3); with `single_loss_token`, the masks then edited per global batch of the run's GBS.
+// The provider owns the dataset; its files are removed once mapped.
 reference::SampleProvider shipped_samples(const RunConfig& config, const DocumentLayout& documents);
 
 }  // namespace tandem::equivalence

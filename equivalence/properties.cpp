@@ -428,6 +428,56 @@ void save_stop_resume_equals_running_straight(const TwinKind& kind) {
   assert_report(report);
 }
 
+// ---- the clip decision at its threshold ----
+
+// SPEC 6 at its boundary, in the twin's own arithmetic: its first update with the threshold placed
+// 1e-7 relative below or above its own norm + 1e-6 (probed by the same twin from the same state
+// with clipping off: the norm does not depend on clip_grad, and a twin is deterministic). Exact:
+// the norm is the probe's bit for bit, clipped iff clip < norm + 1e-6, and clip_coeff = clip /
+// (norm + 1e-6) in double when clipped, else 1. (Against the reference such a case is
+// undecidable for fp32 and bf16 twins, whose norm bounds are 4e-3 to 0.25 relative: see clip_for.)
+// A threshold without the 1e-6 (clip < norm) decides the lower case wrongly whenever
+// 1e-7 (norm + 1e-6) < 1e-6, i.e. norm < 10.
+void the_clip_decision_holds_within_1e7_of_its_threshold(const TwinKind& kind) {
+  UpdateCase c = *update_case(CaseLimits{1, false, false});
+  adapt_to(kind, c);
+  const bool below = *rc::gen::arbitrary<bool>();
+  RunConfig config = with_layout(c.config, c.test_layout);
+  config.optimizer.clip_grad = 0.0;
+  const auto samples = shipped_samples(config, c.documents);
+  const std::int64_t start = starting_samples(c);
+  const auto first_update = [&] {
+    auto twin = kind.make(setup_for(config, samples, {}, start));
+    move_to_position(*twin, start, config.batch.global_batch_size);
+    return twin->run_iteration();
+  };
+  const IterationRecord probed = first_update();
+  const double norm = probed.grad_norm;
+  if (!(norm > 0) || !std::isfinite(norm)) return;  // no norm to place a threshold against
+  const double relative = below ? -1e-7 : 1e-7;
+  config.optimizer.clip_grad = (norm + 1e-6) * (1 + relative);
+  const IterationRecord record = first_update();
+  const bool clipped = config.optimizer.clip_grad < norm + 1e-6;
+  const double coefficient = clipped ? config.optimizer.clip_grad / (norm + 1e-6) : 1.0;
+  Report report;
+  report.note("clip " + std::to_string(config.optimizer.clip_grad) + " = (norm + 1e-6) x (1 " +
+              (below ? "- " : "+ ") + "1e-7)");
+  for (const auto& [name, a, b] : {std::tuple{"grad_norm (the probe's)", norm, record.grad_norm},
+                                   std::tuple{"clipped", clipped ? 1.0 : 0.0, record.clipped ? 1.0 : 0.0},
+                                   std::tuple{"clip_coeff", coefficient, record.clip_coeff}}) {
+    Finding f;
+    f.update = 1;
+    f.quantity = name;
+    f.comparison = Comparison::exact;
+    f.reference = a;
+    f.under_test = b;
+    f.ok = same_ieee_value(a, b);
+    f.error = f.ok ? 0 : (std::isfinite(a) && std::isfinite(b) ? std::abs(a - b) : INFINITY);
+    report.add(f);
+  }
+  assert_report(report);
+}
+
 // ---- normalization ----
 
 // The weights of the two normalizations differ exactly when the counts differ: microbatch j
@@ -459,6 +509,7 @@ void microbatch_mean_differs_exactly_when_loss_token_counts_differ(const TwinKin
   }
   c.documents.lengths = lengths;
   c.documents.alphabet = 256;
+  c.documents.single_loss_token = false;  // this property's own domain (above)
   RunConfig per_token = with_layout(c.config, c.test_layout);
   per_token.optimizer.clip_grad = 0.0;
   // About normalization, not precision: in bf16 the worst-case bound (one bf16 rounding per store
@@ -697,6 +748,12 @@ std::vector<PropertyEntry> make_properties() {
        "gradient bound",
        400, always, microbatch_mean_differs_exactly_when_loss_token_counts_differ,
        {Mutant::microbatch_mean_under_per_token}});
+  entries.push_back(
+      {"TheClipDecisionHoldsAtItsThresholdWithin1e7",
+       "with the clip threshold 1e-7 relative below or above its own norm + 1e-6, the twin clips "
+       "exactly when SPEC 6 says and by clip / (norm + 1e-6)",
+       Comparison::exact, "none: norm (against its own probe), clipped and clip_coeff bit for bit",
+       100, always, the_clip_decision_holds_within_1e7_of_its_threshold, {Mutant::clip_without_epsilon}});
   entries.push_back(
       {"AdamwElementMatchesSpec7OnEveryIeeeInput",
        "one AdamW element update equals SPEC 7 for every IEEE input, NaN, infinities, "

@@ -287,6 +287,7 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::eps_inside_sqrt: m.eps_inside_sqrt = true; break;
     case Mutant::bias_correction_off_by_one: m.bias_correction_off_by_one = true; break;
     case Mutant::scheduler_advances_on_skip: m.scheduler_advances_on_skip = true; break;
+    case Mutant::clip_without_epsilon: m.clip_without_epsilon = true; break;
     case Mutant::cross_document_attention:
     case Mutant::positions_not_reset: break;  // data-side
     case Mutant::unreduced_gradients:
@@ -313,8 +314,9 @@ std::vector<Mutant> all_mutants() {
   return {Mutant::decay_norm_weights,         Mutant::l2_instead_of_decoupled,
           Mutant::clip_per_rank,              Mutant::microbatch_mean_under_per_token,
           Mutant::eps_inside_sqrt,            Mutant::bias_correction_off_by_one,
-          Mutant::scheduler_advances_on_skip, Mutant::cross_document_attention,
-          Mutant::positions_not_reset,        Mutant::unreduced_gradients,
+          Mutant::scheduler_advances_on_skip, Mutant::clip_without_epsilon,
+          Mutant::cross_document_attention,   Mutant::positions_not_reset,
+          Mutant::unreduced_gradients,
           Mutant::rank_local_loss_denominator, Mutant::shard_local_norm,
           Mutant::unsummed_sequence_parallel_gradients, Mutant::replicated_counted_per_rank,
           Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
@@ -331,6 +333,7 @@ std::string to_string(Mutant mutant) {
     case Mutant::eps_inside_sqrt: return "eps_inside_sqrt";
     case Mutant::bias_correction_off_by_one: return "bias_correction_off_by_one";
     case Mutant::scheduler_advances_on_skip: return "scheduler_advances_on_skip";
+    case Mutant::clip_without_epsilon: return "clip_without_epsilon";
     case Mutant::cross_document_attention: return "cross_document_attention";
     case Mutant::positions_not_reset: return "positions_not_reset";
     case Mutant::unreduced_gradients: return "unreduced_gradients";

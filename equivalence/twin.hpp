@@ -84,6 +84,7 @@ enum class Mutant {
   eps_inside_sqrt,
   bias_correction_off_by_one,
   scheduler_advances_on_skip,
+  clip_without_epsilon,         // SPEC 6: coeff = clip / norm, the 1e-6 dropped (issue 15's bug)
   cross_document_attention,
   positions_not_reset,
   unreduced_gradients,          // production: each rank updates with its own gradient

@@ -24,6 +24,9 @@ class TestHooks final : public StepHooks {
     return mutants_.shard_local_norm ? own_slices_norm : global_norm;
   }
   bool wants_own_slices_norm() const override { return mutants_.shard_local_norm; }
+  bool rounds_main_gradients_to_bf16_between_microbatches() const override {
+    return mutants_.bf16_main_gradients_between_microbatches;
+  }
   bool sums_sequence_parallel_gradients() const override { return !mutants_.unsummed_sequence_parallel_gradients; }
   bool counts_replicated_once() const override { return !mutants_.replicated_counted_per_rank; }
   bool normalizes_over_whole_vocabulary() const override { return !mutants_.local_vocabulary_normalizer; }
@@ -43,7 +46,8 @@ class TestHooks final : public StepHooks {
 std::shared_ptr<const StepHooks> make_test_hooks(const FaultSchedule& faults, const ProductionMutants& mutants) {
   const bool no_faults = faults.nonfinite_gradient_iterations.empty() && faults.nonfinite_loss_iterations.empty();
   const bool no_mutants = !mutants.unreduced_gradients && !mutants.rank_local_loss_denominator &&
-                          !mutants.shard_local_norm && !mutants.unsummed_sequence_parallel_gradients &&
+                          !mutants.shard_local_norm && !mutants.bf16_main_gradients_between_microbatches &&
+                          !mutants.unsummed_sequence_parallel_gradients &&
                           !mutants.replicated_counted_per_rank && !mutants.local_vocabulary_normalizer &&
                           !mutants.row_parallel_summed_twice && !mutants.row_parallel_not_summed &&
                           !mutants.tied_embedding_not_summed && !mutants.tied_embedding_counted_twice;

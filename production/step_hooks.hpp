@@ -41,6 +41,9 @@ class StepHooks {
   virtual double clip_norm(double global_norm, double /*own_slices_norm*/) const { return global_norm; }
   // Whether clip_norm wants own_slices_norm (which costs a download): false for the identity.
   virtual bool wants_own_slices_norm() const { return false; }
+  // SPEC 7: whether the main gradients are rounded to bf16 after each microbatch's backward but the
+  // last (as if they were held in bf16); false: they stay fp32 across microbatches.
+  virtual bool rounds_main_gradients_to_bf16_between_microbatches() const { return false; }
 
   // Tensor parallelism (production/model.hpp, trainer.cpp):
   // whether the replicated tensors' partial gradients are summed over TP under sequence parallelism;
@@ -75,6 +78,8 @@ struct ProductionMutants {
   bool unreduced_gradients = false;          // each rank updates with its own gradient only
   bool rank_local_loss_denominator = false;  // per-token: divide by this rank's loss tokens
   bool shard_local_norm = false;             // clip by this rank's shard's norm, not the global one
+  // A precision bug (any parallelism): the main gradients rounded to bf16 between microbatches.
+  bool bf16_main_gradients_between_microbatches = false;
   // Tensor-parallel bugs (TP > 1):
   bool unsummed_sequence_parallel_gradients = false;  // norm weights' partial gradients not summed over TP
   bool replicated_counted_per_rank = false;   // a replicated tensor counted TP times in the norm

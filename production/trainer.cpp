@@ -669,6 +669,10 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
     } else {
       model_->backward_chunk(compute_weights(), slot, pass.chunk, scales[m], exchange_.main_grads().data(),
                              row_losses_.at(pass.microbatch * rows));
+      const bool between_microbatches = pass.chunk == 0 && m + 1 < microbatches;
+      if (between_microbatches && this->hooks().rounds_main_gradients_to_bf16_between_microbatches()) {
+        round_main_gradients_to_bf16();  // StepHooks point
+      }
     }
   }, timed ? &timings : nullptr);
   last_timeline_.reset();
@@ -676,6 +680,13 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
   exchange_.finish_reduction();
   sum_replicated_gradients_over_tp();
   sum_tied_embedding_gradients();
+}
+
+void Trainer::round_main_gradients_to_bf16() {
+  Buffer<float>& main_grads = exchange_.main_grads();  // [local N] fp32
+  Buffer<Bf16> rounded(*backend_, main_grads.size());   // [local N] bf16
+  backend_->convert(ConvertParams{main_grads.data(), rounded.data(), main_grads.size(), DType::f32, DType::bf16});
+  backend_->convert(ConvertParams{rounded.data(), main_grads.data(), main_grads.size(), DType::bf16, DType::f32});
 }
 
 // PP > 1, tied: the two copies' gradients, each reduced over its stage's replicas, summed first +

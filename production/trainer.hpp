@@ -249,6 +249,8 @@ class Trainer {
   // their embedding copies summed over the embedding group (first + last), where this rank keeps
   // them; both copies then take the same update (Megatron's embedding all-reduce).
   void sum_tied_embedding_gradients();
+  // The main gradients rounded to bf16 in place (a negative control's StepHooks point only).
+  void round_main_gradients_to_bf16();
   GradientNorm gradient_norm(bool own_slices);
   // The local ranges whose elements another rank counts in the norm (SPEC 6: every element once):
   // the replicated tensors off TP rank 0, the shared key/value rows off their first holder, the

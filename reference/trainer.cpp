@@ -168,7 +168,8 @@ Real Trainer<Real>::gradient_norm() const {
 template <class Real>
 Real Trainer<Real>::clip(const Real& grad_norm, IterationRecord& record) {
   if (config_.optimizer.clip_grad <= 0.0) return Real(1);
-  const Real coeff = Real(config_.optimizer.clip_grad) / (grad_norm + Real(1e-6));
+  const Real epsilon = switches_.mutants.clip_without_epsilon ? Real(0) : Real(1e-6);  // test-only mutant
+  const Real coeff = Real(config_.optimizer.clip_grad) / (grad_norm + epsilon);
   if (!(coeff < Real(1))) return Real(1);
   record.clipped = true;
   for (Real& g : reduced_grads_) g *= coeff;

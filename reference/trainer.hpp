@@ -35,11 +35,12 @@ struct Mutants {
   bool eps_inside_sqrt = false;                  // SPEC 7: m_hat / sqrt(v_hat + eps)
   bool bias_correction_off_by_one = false;       // SPEC 7: bias corrections with t + 1
   bool scheduler_advances_on_skip = false;       // SPEC 8: a skipped update advances the schedule
+  bool clip_without_epsilon = false;             // SPEC 6: coeff = clip / norm (the 1e-6 dropped)
 
   bool any() const {
     return decay_norm_weights || l2_instead_of_decoupled || clip_per_rank ||
            microbatch_mean_under_per_token || eps_inside_sqrt || bias_correction_off_by_one ||
-           scheduler_advances_on_skip;
+           scheduler_advances_on_skip || clip_without_epsilon;
   }
 };
 

@@ -13,6 +13,7 @@
 
 #include "equivalence/comparison.hpp"
 #include "equivalence/float_generator.hpp"
+#include "equivalence/generators.hpp"
 #include "equivalence/gtest_registration.hpp"
 #include "equivalence/tolerance.hpp"
 #include "equivalence/verdict.hpp"
@@ -28,6 +29,34 @@ const bool registered = [] {
   register_negative_controls("NegativeControl", kControlCases);
   return true;
 }();
+
+// ---- the boundary generators ----
+
+// A single-loss-token case holds exactly one loss token in every global batch whose unedited
+// samples have any (none otherwise), wherever the batch starts (exact counts): 10 global batches
+// of each case.
+RC_GTEST_PROP(BoundaryGenerators, ASingleLossTokenCaseHasOneLossTokenInEveryGlobalBatch, ()) {
+  UpdateCase c = *update_case();
+  const RunConfig config = with_layout(c.config, c.reference_layout);
+  c.documents.single_loss_token = false;
+  const auto unedited = shipped_samples(config, c.documents);
+  c.documents.single_loss_token = true;
+  const auto edited = shipped_samples(config, c.documents);
+  const std::int64_t gbs = config.batch.global_batch_size;
+  for (std::int64_t batch = 0; batch < 10; ++batch) {
+    std::int64_t before = 0, after = 0;
+    for (std::int64_t index = batch * gbs; index < (batch + 1) * gbs; ++index) {
+      before += unedited(index).loss_tokens;
+      const Sample sample = edited(index);
+      std::int64_t masked = 0;
+      for (const std::uint8_t mask : sample.loss_mask) masked += mask;
+      RC_ASSERT(sample.loss_tokens == masked);
+      after += sample.loss_tokens;
+    }
+    RC_ASSERT(after == (before > 0 ? 1 : 0));
+    if (batch == 0) RC_CLASSIFY(after == 1, "the first global batch has its one loss token");
+  }
+}
 
 // ---- our IEEE generator ----
 

@@ -1,8 +1,10 @@
 // `tandem export --hf` computes the same function in Hugging Face transformers as the reference:
 // the exported model's logits (LlamaForCausalLM in float64, RoPE tables in float32 as transformers
 // makes them) equal the reference's forward_logits in double on one window. Names, shapes, RoPE's rotate-half pairing, GQA's repeat_kv, RMSNorm's
-// epsilon and SwiGLU's gate all have to be right for that. Skips when python3 lacks torch and
-// transformers (CI installs neither; a GPU machine's image has both).
+// epsilon and SwiGLU's gate all have to be right for that. transformers runs in a virtual
+// environment under the build directory that tests/hf/transformers_env.py makes on first use
+// (Debian's torch 1.13 from ci/lib.sh, transformers 4.44.2 and its pinned dependencies from PyPI);
+// without them the test fails, it never skips.
 #include <sys/wait.h>
 
 #include <array>
@@ -52,9 +54,15 @@ RunConfig exported_run(bool tie_embeddings) {
 class ExportToTransformers : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ExportToTransformers, LogitsEqualTheReferenceForward) {
-  if (run_shell("python3 -c 'import transformers, torch, safetensors'").exit_code != 0) {
-    GTEST_SKIP() << "python3 with torch, transformers and safetensors is not importable";
-  }
+  // The environment's python is the last line the script prints.
+  const auto environment =
+      run_shell("/usr/bin/python3 " + testing::shell_quoted(TANDEM_SOURCE_DIR "/tests/hf/transformers_env.py") + " " +
+                testing::shell_quoted(TANDEM_TRANSFORMERS_VENV));
+  ASSERT_EQ(environment.exit_code, 0) << "no python with torch and the pinned transformers:\n"
+                                      << environment.output;
+  std::string python = environment.output;
+  while (!python.empty() && python.back() == '\n') python.pop_back();
+  python = python.substr(python.rfind('\n') + 1);  // npos + 1 = 0: a one-line output
   const RunConfig config = exported_run(GetParam());
   const ModelLayout layout = make_model_layout(config.model);
   const std::vector<float> initial = initial_parameters(config.model, /*seed=*/7);
@@ -89,7 +97,7 @@ with torch.no_grad():
     print(json.dumps(model(ids).logits[0].reshape(-1).tolist()))
 )PY";
   nlohmann::json inputs = sample.tokens;
-  const auto result = run_shell("python3 " + testing::shell_quoted((root / "logits.py").string()) +
+  const auto result = run_shell(testing::shell_quoted(python) + " " + testing::shell_quoted((root / "logits.py").string()) +
                                 " " + testing::shell_quoted((root / "hf").string()) + " " +
                                 testing::shell_quoted(inputs.dump()) + " 2>/dev/null");
   ASSERT_EQ(result.exit_code, 0) << result.output;

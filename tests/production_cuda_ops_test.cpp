@@ -751,6 +751,52 @@ TEST_P(CudaOps, GemmWithinTheDotProductBoundForEveryTransposeAndBeta) {
   }
 }
 
+// The weight gradient's accumulating GEMM (dY^T X, beta = 1 into the fp32 main gradient), once per
+// microbatch, on dyadic operands whose products and partial sums are exact in fp32 in any order:
+// comparison exact, against the exact value. Each value the main gradient holds needs more than
+// bf16's 8 significant bits, so an epilogue that rounds the fp32 result (or reads C) as bf16, or
+// a bf16 accumulator, changes every element.
+TEST_P(CudaOps, AccumulatingGemmKeepsTheFp32MainGradientExactly) {
+  std::mt19937 generator(kSeed);
+  const std::int64_t out = 64, in = 48, rows = 32;  // dW [out, in] += dY^T [out, rows] X [rows, in]
+  const int microbatches = 2;
+  // The main gradient before the first microbatch: +-(21 to 29) plus an odd multiple of 2^-16. A
+  // microbatch adds at most rows x (1/2)^2 = 8 in magnitude (operands k/16, |k| <= 8), so every
+  // later value lies between 5 and 46 and stays an odd multiple of 2^-16: 19 to 22 bits.
+  std::vector<float> initial = dyadic(generator, out * in, 4, 0);  // [out, in]
+  for (std::size_t e = 0; e < initial.size(); ++e) {
+    const float magnitude = 25.0f + initial[e] + static_cast<float>(2 * (e % 97) + 1) / 65536.0f;
+    initial[e] = e % 2 == 0 ? magnitude : -magnitude;
+  }
+  std::vector<double> want(initial.begin(), initial.end());  // [out, in], exact
+  HostArray host_c(DType::f32, initial);
+  auto d_c = upload(host_c);
+  for (int mb = 0; mb < microbatches; ++mb) {
+    const HostArray dy(dtype(), dyadic(generator, rows * out, 8, 4));  // [rows, out]
+    const HostArray x(dtype(), dyadic(generator, rows * in, 8, 4));    // [rows, in]
+    for (std::int64_t i = 0; i < out; ++i) {
+      for (std::int64_t j = 0; j < in; ++j) {
+        double sum = 0;  // exact: multiples of 2^-8 below 2^4
+        for (std::int64_t r = 0; r < rows; ++r) sum += static_cast<double>(dy.at(r * out + i)) * x.at(r * in + j);
+        want[static_cast<std::size_t>(i * in + j)] += sum;
+      }
+    }
+    auto d_dy = upload(dy), d_x = upload(x);
+    GemmParams params{out, in, rows, {d_dy.data(), dtype(), Transpose::yes}, {d_x.data(), dtype(), Transpose::no},
+                      d_c.data(), DType::f32, 1.0f, 1.0f};
+    gpu_->gemm(params);
+  }
+  const std::vector<float> got = download(d_c, DType::f32).values();
+  for (std::size_t e = 0; e < want.size(); ++e) {
+    // The inputs are what the comment says: fp32 holds the value, bf16 does not.
+    ASSERT_EQ(static_cast<double>(static_cast<float>(want[e])), want[e]) << e;
+    ASSERT_NE(static_cast<double>(f32_from_bf16(bf16_from_f32(static_cast<float>(want[e])))), want[e]) << e;
+    ASSERT_EQ(static_cast<double>(got[e]), want[e])
+        << "element " << e << " of the main gradient after " << microbatches << " microbatches (exact, seed " << kSeed
+        << ")";
+  }
+}
+
 TEST_P(CudaOps, SquaredNormExactOnDyadicValuesAndDeterministic) {
   std::mt19937 generator(kSeed);
   const std::int64_t count = 100003, block_elements = 4096;

@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,6 +28,7 @@
 #include "core/checkpoint/main_state.hpp"
 #include "core/checkpoint/manifest.hpp"
 #include "core/checkpoint/sharded.hpp"
+#include "core/model_layout.hpp"
 #include "equivalence/tolerance.hpp"
 #include "production/checkpointing.hpp"
 #include "production/collectives/mpi.hpp"
@@ -237,8 +240,10 @@ RunConfig tiny_run(std::int64_t ranks, std::int64_t gbs, bool bf16, bool distrib
 // rank together.
 class Ranks {
  public:
-  explicit Ranks(const RunConfig& config, const production::FaultSchedule& faults = {})
-      : ranks_(config, testing::tiny_production_samples(), options(faults), production::LocalRanks::Transport::threads) {}
+  explicit Ranks(const RunConfig& config, const production::FaultSchedule& faults = {},
+                 const production::ProductionMutants& mutants = {})
+      : ranks_(config, testing::tiny_production_samples(), options(faults, mutants),
+               production::LocalRanks::Transport::threads) {}
   // Every rank's record of one iteration.
   std::vector<IterationRecord> run_iteration() {
     std::vector<IterationRecord> records(ranks_.size());
@@ -277,10 +282,11 @@ class Ranks {
   Trainer& rank(int r) { return ranks_.at(static_cast<std::size_t>(r)); }
 
  private:
-  static production::ProductionOptions options(const production::FaultSchedule& faults) {
+  static production::ProductionOptions options(const production::FaultSchedule& faults,
+                                               const production::ProductionMutants& mutants) {
     production::ProductionOptions out;
     out.device = production::Device::cpu;
-    out.hooks = production::make_test_hooks(faults);
+    out.hooks = production::make_test_hooks(faults, mutants);
     return out;
   }
   production::LocalRanks ranks_;
@@ -477,6 +483,68 @@ TEST(DataParallel, TheLoggedLossAndCountsDoNotDependOnTheDataParallelSize) {
     EXPECT_EQ(firsts[0].loss_tokens, firsts[i].loss_tokens);
     EXPECT_EQ(firsts[0].model_flops, firsts[i].model_flops);
     EXPECT_LE(std::abs(firsts[0].grad_norm - firsts[i].grad_norm), norm_bound) << i;
+  }
+}
+
+// SPEC 7 under --bf16: bf16 compute, but the weight gradients accumulate over microbatches in
+// fp32. With one microbatch per rank, R ranks compute the global batch's R microbatch gradients
+// (each from zero) and the reduction adds them in rank order in fp32; one rank running the same R
+// microbatches must hold the same bits for every element that gets one contribution per
+// microbatch: the linear weights, one accumulating GEMM each (norm weights and embedding rows add
+// row by row, so their sums are grouped otherwise, and are left out). Comparison: exact. A main
+// gradient kept in bf16 between microbatches (2^-9 relative per rounding) is far inside the
+// harness's worst-case bf16 bounds: this is the test that sees it (negative control below).
+TEST(DataParallel, Bf16MicrobatchGradientsAccumulateInFp32AsTheRanksSumThemBitwise) {
+  const ModelLayout layout = make_model_layout(tiny_run(1, 2, true, true).model);
+  std::vector<FlatRange> linear;  // the linear weights' flat ranges
+  for (const LayerTensorIndices& layer : layout.layers) {
+    for (const std::int64_t index : {layer.q_weight, layer.k_weight, layer.v_weight, layer.o_weight,
+                                     layer.gate_weight, layer.up_weight, layer.down_weight}) {
+      linear.push_back({layout.tensor(index).offset, layout.tensor(index).numel});
+    }
+  }
+  ASSERT_NE(layout.output, layout.embedding);  // untied: lm_head is one GEMM per microbatch too
+  linear.push_back({layout.tensor(layout.output).offset, layout.tensor(layout.output).numel});
+  // The first update's reduced, pre-clip gradient of a run on `ranks` ranks with GBS `gbs` (mbs 1).
+  const auto first_gradient = [](std::int64_t ranks, std::int64_t gbs, const production::ProductionMutants& mutants) {
+    Ranks run(tiny_run(ranks, gbs, /*bf16=*/true, /*distributed=*/true), {}, mutants);
+    run.each([](Trainer& trainer, int) { trainer.keep_last_gradient(true); });  // collective: every rank
+    run.run_iteration();
+    return run.rank(0).last_gradient();
+  };
+  // Elements of the linear weights whose bits differ, and the first of them.
+  const auto differing = [&](const std::vector<float>& a, const std::vector<float>& b, std::string& first) {
+    std::int64_t count = 0;
+    for (const FlatRange& range : linear) {
+      for (std::int64_t e = range.begin; e < range.begin + range.count; ++e) {
+        const auto i = static_cast<std::size_t>(e);
+        if (std::bit_cast<std::uint32_t>(a[i]) == std::bit_cast<std::uint32_t>(b[i])) continue;
+        if (count++ == 0) {
+          std::ostringstream text;
+          text.precision(9);
+          text << "flat element " << e << ": " << a[i] << " against " << b[i];
+          first = text.str();
+        }
+      }
+    }
+    return count;
+  };
+  for (const std::int64_t microbatches : {2, 4}) {
+    const std::vector<float> summed_by_ranks = first_gradient(microbatches, microbatches, {});
+    const std::vector<float> accumulated = first_gradient(1, microbatches, {});
+    ASSERT_EQ(accumulated.size(), static_cast<std::size_t>(layout.total_elements));
+    ASSERT_EQ(summed_by_ranks.size(), accumulated.size());
+    std::string first;
+    EXPECT_EQ(differing(accumulated, summed_by_ranks, first), 0)
+        << microbatches << " microbatches on one rank against " << microbatches << " ranks: " << first;
+    // Negative control: the main gradients rounded to bf16 between microbatches are rejected.
+    production::ProductionMutants bf16_main_gradients;
+    bf16_main_gradients.bf16_main_gradients_between_microbatches = true;
+    const std::vector<float> mutant = first_gradient(1, microbatches, bf16_main_gradients);
+    const std::int64_t caught = differing(mutant, summed_by_ranks, first);
+    EXPECT_GT(caught, 0) << microbatches << " microbatches: the bf16 main gradient was not seen";
+    std::cout << microbatches << " microbatches: the bf16 main gradient changes " << caught
+              << " linear-weight gradient elements (first: " << first << ")\n";
   }
 }
 

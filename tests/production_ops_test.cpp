@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -249,6 +250,99 @@ TEST(ProductionOps, GemmOnBf16InputsAccumulatesInFp32) {
   params.c_dtype = DType::bf16;
   gemm_host(params);
   EXPECT_EQ(f32_from_bf16(rounded), 256.0f);  // 257 stored in bf16: 8 significant bits, ties to even
+}
+
+// The weight gradient's accumulating GEMM (dY^T X, beta = 1 into the fp32 main gradient) on bf16
+// operands, called once per microbatch. Inputs are dyadic so that every product and partial sum is
+// exact in fp32 in any order: the result is knowable exactly, and each value the fp32 main
+// gradient holds needs more than bf16's 8 significant bits. Comparison: exact. A GEMM that rounds
+// its fp32 result (or reads C) to bf16, or a main gradient kept in bf16 between microbatches,
+// changes every element.
+TEST(ProductionOps, AccumulatingGemmOnBf16InputsKeepsTheFp32MainGradientExactly) {
+  const std::int64_t out = 12, in = 20, rows = 16;  // dW [out, in] += dY^T [out, rows] X [rows, in]
+  const int microbatches = 2;
+  // Small integers over 16 (|k| <= 8: exact in bf16); a product is a multiple of 2^-8 of at most
+  // 1/4, so a microbatch's sum is at most rows / 4 = 4 in magnitude.
+  const auto small_dyadic = [](std::int64_t count, std::uint64_t seed) {
+    std::vector<float> values = random_values(count, seed, 8.5);
+    for (float& value : values) value = std::trunc(value) / 16.0f;
+    return values;
+  };
+  // The main gradient before the first microbatch: +-(20 to 30) plus an odd multiple of 2^-16 (21
+  // significant bits, exact in fp32). With the sums above every later value keeps a magnitude of
+  // at least 20 - 2 x 4 = 12 and an odd multiple of 2^-16 below 64: between 19 and 22 bits.
+  std::vector<float> initial = random_values(out * in, 31, 5.0);  // [out, in]
+  for (std::size_t e = 0; e < initial.size(); ++e) {
+    const float magnitude = 25.0f + std::trunc(initial[e]) + static_cast<float>(2 * (e % 97) + 1) / 65536.0f;
+    initial[e] = e % 2 == 0 ? magnitude : -magnitude;
+  }
+  std::vector<std::vector<Bf16>> output_grads, inputs;  // per microbatch: [rows, out], [rows, in]
+  std::vector<double> want(initial.begin(), initial.end());  // [out, in], exact
+  for (int mb = 0; mb < microbatches; ++mb) {
+    const std::vector<float> dy = small_dyadic(rows * out, 40 + 2 * static_cast<std::uint64_t>(mb));
+    const std::vector<float> x = small_dyadic(rows * in, 41 + 2 * static_cast<std::uint64_t>(mb));
+    std::vector<Bf16> dy16(dy.size()), x16(x.size());
+    for (std::size_t i = 0; i < dy.size(); ++i) dy16[i] = bf16_from_f32(dy[i]);
+    for (std::size_t i = 0; i < x.size(); ++i) x16[i] = bf16_from_f32(x[i]);
+    output_grads.push_back(std::move(dy16));
+    inputs.push_back(std::move(x16));
+    for (std::int64_t i = 0; i < out; ++i) {
+      for (std::int64_t j = 0; j < in; ++j) {
+        double sum = 0;  // exact: multiples of 2^-8 below 2^6
+        for (std::int64_t r = 0; r < rows; ++r) {
+          sum += static_cast<double>(dy[static_cast<std::size_t>(r * out + i)]) * x[static_cast<std::size_t>(r * in + j)];
+        }
+        want[static_cast<std::size_t>(i * in + j)] += sum;
+      }
+    }
+  }
+  // The inputs are what the comment says: every expected value is an fp32 value bf16 cannot hold.
+  for (const double value : want) {
+    ASSERT_EQ(static_cast<double>(static_cast<float>(value)), value);
+    ASSERT_NE(static_cast<double>(f32_from_bf16(bf16_from_f32(static_cast<float>(value)))), value);
+  }
+  const auto run = [&](const std::function<void(const GemmParams&)>& gemm, const std::string& name) {
+    std::vector<float> main_grad = initial;  // [out, in] fp32
+    for (int mb = 0; mb < microbatches; ++mb) {
+      GemmParams params;
+      params.m = out;
+      params.n = in;
+      params.k = rows;
+      params.a = GemmOperand{output_grads[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::yes};
+      params.b = GemmOperand{inputs[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::no};
+      params.c = main_grad.data();
+      params.c_dtype = DType::f32;
+      params.beta = 1.0f;
+      gemm(params);
+    }
+    for (std::size_t e = 0; e < want.size(); ++e) {
+      ASSERT_EQ(static_cast<double>(main_grad[e]), want[e])
+          << name << ": element " << e << " of the main gradient after " << microbatches << " microbatches";
+    }
+  };
+  run(gemm_host, "gemm_host");
+  run(gemm_host_ordered, "gemm_host_ordered");
+  for (const HostSimd simd : {HostSimd::baseline, HostSimd::avx2}) {
+    if (!host_gemm_has(simd)) continue;  // this processor has no AVX2
+    run([simd](const GemmParams& params) { gemm_host_with(params, simd); },
+        simd == HostSimd::avx2 ? "avx2" : "baseline");
+  }
+  // Negative control: the same calls with the fp32 result rounded to bf16 after each microbatch
+  // (a bf16 accumulator) are rejected at every element.
+  std::vector<float> rounded = initial;
+  for (int mb = 0; mb < microbatches; ++mb) {
+    GemmParams params;
+    params.m = out;
+    params.n = in;
+    params.k = rows;
+    params.a = GemmOperand{output_grads[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::yes};
+    params.b = GemmOperand{inputs[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::no};
+    params.c = rounded.data();
+    params.beta = 1.0f;
+    gemm_host(params);
+    for (float& value : rounded) value = f32_from_bf16(bf16_from_f32(value));
+  }
+  for (std::size_t e = 0; e < want.size(); ++e) EXPECT_NE(static_cast<double>(rounded[e]), want[e]) << e;
 }
 
 // ------------------------------------------------------------------------------------- RMSNorm
