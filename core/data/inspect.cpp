@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -40,9 +41,14 @@ std::string escape_byte(unsigned char byte, char quote) {
   return hex_escape(byte);
 }
 
+// The bytes of `text` as unsigned values, without a copy.
+std::span<const unsigned char> unsigned_bytes(const std::string& text) {
+  return {reinterpret_cast<const unsigned char*>(text.data()), text.size()};
+}
+
 // Length of the well-formed UTF-8 sequence starting at bytes[i] (RFC 3629: no overlongs, no
 // surrogates, at most U+10FFFF); 0 when there is none, e.g. a character cut by the window's edge.
-std::size_t utf8_sequence_length(const std::vector<unsigned char>& bytes, std::size_t i) {
+std::size_t utf8_sequence_length(std::span<const unsigned char> bytes, std::size_t i) {
   const unsigned char lead = bytes[i];
   std::size_t length = 0;
   unsigned char low = 0x80, high = 0xbf;  // the allowed range of the second byte
@@ -68,7 +74,7 @@ std::size_t utf8_sequence_length(const std::vector<unsigned char>& bytes, std::s
 
 // Bytes quoted with `quote`: well-formed UTF-8 characters as themselves, other bytes escaped.
 std::string quote_bytes(const std::string& bytes, char quote) {
-  const std::vector<unsigned char> data(bytes.begin(), bytes.end());
+  const std::span<const unsigned char> data = unsigned_bytes(bytes);
   std::string text(1, quote);
   for (std::size_t i = 0; i < data.size();) {
     if (data[i] >= 0x80) {
@@ -86,7 +92,9 @@ std::string quote_bytes(const std::string& bytes, char quote) {
 
 // The code points of well-formed UTF-8 `text` (a JSON key); nullopt when it is not.
 std::optional<std::vector<char32_t>> code_points(const std::string& text) {
-  const std::vector<unsigned char> data(text.begin(), text.end());
+  // A view, not a copy: GCC 12 under -fsanitize=thread took a vector copy's delete for a bad free
+  // (-Wfree-nonheap-object).
+  const std::span<const unsigned char> data = unsigned_bytes(text);
   std::vector<char32_t> out;
   for (std::size_t i = 0; i < data.size();) {
     if (data[i] < 0x80) {
