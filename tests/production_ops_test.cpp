@@ -301,20 +301,22 @@ TEST(ProductionOps, AccumulatingGemmOnBf16InputsKeepsTheFp32MainGradientExactly)
     ASSERT_EQ(static_cast<double>(static_cast<float>(value)), value);
     ASSERT_NE(static_cast<double>(f32_from_bf16(bf16_from_f32(static_cast<float>(value)))), value);
   }
+  // Microbatch mb's weight-gradient GEMM, accumulated (beta = 1) into the fp32 `main_grad`.
+  const auto accumulating_gemm = [&](int mb, float* main_grad) {
+    GemmParams params;
+    params.m = out;
+    params.n = in;
+    params.k = rows;
+    params.a = GemmOperand{output_grads[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::yes};
+    params.b = GemmOperand{inputs[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::no};
+    params.c = main_grad;
+    params.c_dtype = DType::f32;
+    params.beta = 1.0f;
+    return params;
+  };
   const auto run = [&](const std::function<void(const GemmParams&)>& gemm, const std::string& name) {
     std::vector<float> main_grad = initial;  // [out, in] fp32
-    for (int mb = 0; mb < microbatches; ++mb) {
-      GemmParams params;
-      params.m = out;
-      params.n = in;
-      params.k = rows;
-      params.a = GemmOperand{output_grads[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::yes};
-      params.b = GemmOperand{inputs[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::no};
-      params.c = main_grad.data();
-      params.c_dtype = DType::f32;
-      params.beta = 1.0f;
-      gemm(params);
-    }
+    for (int mb = 0; mb < microbatches; ++mb) gemm(accumulating_gemm(mb, main_grad.data()));
     for (std::size_t e = 0; e < want.size(); ++e) {
       ASSERT_EQ(static_cast<double>(main_grad[e]), want[e])
           << name << ": element " << e << " of the main gradient after " << microbatches << " microbatches";
@@ -331,15 +333,7 @@ TEST(ProductionOps, AccumulatingGemmOnBf16InputsKeepsTheFp32MainGradientExactly)
   // (a bf16 accumulator) are rejected at every element.
   std::vector<float> rounded = initial;
   for (int mb = 0; mb < microbatches; ++mb) {
-    GemmParams params;
-    params.m = out;
-    params.n = in;
-    params.k = rows;
-    params.a = GemmOperand{output_grads[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::yes};
-    params.b = GemmOperand{inputs[static_cast<std::size_t>(mb)].data(), DType::bf16, Transpose::no};
-    params.c = rounded.data();
-    params.beta = 1.0f;
-    gemm_host(params);
+    gemm_host(accumulating_gemm(mb, rounded.data()));
     for (float& value : rounded) value = f32_from_bf16(bf16_from_f32(value));
   }
   for (std::size_t e = 0; e < want.size(); ++e) EXPECT_NE(static_cast<double>(rounded[e]), want[e]) << e;
