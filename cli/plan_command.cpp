@@ -20,7 +20,6 @@ namespace {
 struct PlanCommandState {
   RunArguments run;
   PlanOptions plan;
-  std::string recompute = "none";
   bool json = false;
   std::int64_t rank = -1;  // --rank: -1 = none
 };
@@ -84,11 +83,6 @@ Command add_plan_command(CLI::App& parent) {
                   "memory budget per GPU (GiB = 2^30 bytes; default: 80)")
       ->check(positive_number())
       ->group(group);
-  sub->add_option("--recompute-granularity", state->recompute,
-                  "activation recomputation assumed for memory: none | selective | full "
-                  "(default: none)")
-      ->check(CLI::IsMember({"none", "selective", "full"}))
-      ->group(group);
   sub->add_option("--rank", state->rank,
                   "also print where this global rank sits in Megatron's rank grid (TP fastest, then CP, "
                   "DP, PP) and the members of each of its groups (default: none)")
@@ -98,8 +92,7 @@ Command add_plan_command(CLI::App& parent) {
   command.app = sub;
   command.run = [state]() {
     const RunConfig config = build_run_config(state->run);  // ConfigError -> exit 2 in main
-    PlanOptions options = state->plan;
-    options.recompute = *parse_recompute_granularity(state->recompute);  // IsMember checked it
+    const PlanOptions options = state->plan;
     const RankGrid grid(config.parallel);
     if (state->rank != -1 && (state->rank < 0 || state->rank >= grid.world_size())) {
       throw ConfigError({ConfigIssue{"--rank", std::to_string(state->rank),

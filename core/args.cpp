@@ -346,6 +346,24 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "max(40M, 1M x DP); rounded up to a multiple of DP x 1024)")
       ->group(parallel);
 
+  const std::string memory = "Activation recomputation (Megatron's; no result changes a bit)";
+  app.add_option("--recompute-granularity", args.recompute_granularity,
+                 "none | selective | full: full recomputes whole layers in backward from their "
+                 "inputs; selective recomputes core attention, which tandem's flash-style attention "
+                 "always does (it stores what none stores) (default: none)")
+      ->group(memory);
+  app.add_option("--recompute-method", args.recompute_method,
+                 "with full: uniform (each model chunk's layers in groups of --recompute-num-layers, "
+                 "each keeping only its input) | block (the first --recompute-num-layers layers of "
+                 "each model chunk keep only their inputs, the others everything)")
+      ->group(memory);
+  app.add_option("--recompute-num-layers", args.recompute_num_layers,
+                 "with full: layers per group (uniform) or recomputed layers per model chunk (block)")
+      ->check(at_least_one())->group(memory);
+  app.add_flag("--recompute-activations", args.recompute_activations,
+               "Megatron's spelling of --recompute-granularity selective")
+      ->group(memory);
+
   const std::string batch = "Batch";
   app.add_option("--micro-batch-size", v.batch.micro_batch_size, "samples per microbatch")
       ->capture_default_str()->group(batch);
@@ -514,6 +532,52 @@ RunConfig build_run_config(const RunArguments& args, const LaunchContext& launch
                 "--tie-embeddings-and-output-weights", "true",
                 "contradicts --untie-embeddings-and-output-weights", "give only one of the two");
   model.tie_embeddings = args.tie_embeddings;
+
+  // Megatron's recompute rules (TransformerConfig.__post_init__; --recompute-activations sets
+  // selective in its arguments.py). A method given without a granularity is ignored, as there.
+  RecomputeConfig& recompute = config.recompute;
+  const std::string granularity_text =
+      args.recompute_activations && args.recompute_granularity.empty() ? "selective" : args.recompute_granularity;
+  if (!granularity_text.empty()) {
+    if (const auto granularity = parse_recompute_granularity(granularity_text)) {
+      recompute.granularity = *granularity;
+    } else {
+      checker.fail("--recompute-granularity", granularity_text, "must be none, selective or full (Megatron's)",
+                   "use one of none, selective, full");
+    }
+  }
+  checker.check(!args.recompute_activations || recompute.granularity == RecomputeGranularity::selective,
+                "--recompute-activations", "true", "means --recompute-granularity selective (Megatron)",
+                "give --recompute-activations or --recompute-granularity " + granularity_text + ", not both");
+  if (!args.recompute_method.empty()) {
+    if (const auto method = parse_recompute_method(args.recompute_method)) {
+      recompute.method = *method;
+    } else {
+      checker.fail("--recompute-method", args.recompute_method, "must be uniform or block (Megatron's)",
+                   "use uniform or block");
+    }
+  }
+  if (recompute.granularity == RecomputeGranularity::full) {
+    checker.check(!args.recompute_method.empty(), "--recompute-method", "(not given)",
+                  "must be uniform or block with --recompute-granularity full (Megatron)",
+                  "add --recompute-method uniform (or block)");
+    checker.check(args.recompute_num_layers > 0, "--recompute-num-layers", "(not given)",
+                  "must be at least 1 with --recompute-granularity full (Megatron: between 1 and the layers "
+                  "per pipeline rank)",
+                  "add --recompute-num-layers 1 (uniform: layers per recomputed group)");
+    recompute.num_layers = args.recompute_num_layers;
+  } else {
+    checker.check(args.recompute_num_layers == 0 || recompute.granularity == RecomputeGranularity::none,
+                  "--recompute-num-layers", text(args.recompute_num_layers),
+                  "must not be given with --recompute-granularity selective (Megatron)",
+                  "drop --recompute-num-layers, or use --recompute-granularity full");
+    if (recompute.granularity == RecomputeGranularity::none &&
+        (!args.recompute_method.empty() || args.recompute_num_layers > 0)) {
+      config.argument_warnings.push_back(
+          "--recompute-method/--recompute-num-layers without --recompute-granularity full: nothing is recomputed "
+          "(Megatron ignores them too)");
+    }
+  }
 
   if (args.lr_decay_style == "linear") {
     schedule.lr_decay_style = LrDecayStyle::linear;

@@ -60,6 +60,10 @@ struct RunArguments {
   std::string tokenizer_type;  // --tokenizer-type; empty = not given (the byte tokenizer)
   std::int64_t null_tokenizer_eod_id = 0;   // --null-tokenizer-eod-id (when given)
   std::int64_t null_tokenizer_pad_id = -1;  // --null-tokenizer-pad-id
+  std::string recompute_granularity;  // --recompute-granularity; empty = not given (none)
+  std::string recompute_method;       // --recompute-method; empty = not given
+  std::int64_t recompute_num_layers = 0;  // --recompute-num-layers; 0 = not given
+  bool recompute_activations = false;     // --recompute-activations: Megatron's alias of selective
 
   // Values whose default depends on other fields, or that exist in two spellings.
   std::int64_t train_iters = 0;

@@ -88,6 +88,50 @@ std::string to_string(TokenizerType type) {
   return "unknown";
 }
 
+std::string to_string(RecomputeGranularity granularity) {
+  switch (granularity) {
+    case RecomputeGranularity::none: return "none";
+    case RecomputeGranularity::selective: return "selective";
+    case RecomputeGranularity::full: return "full";
+  }
+  return "unknown";
+}
+
+std::string to_string(RecomputeMethod method) { return method == RecomputeMethod::uniform ? "uniform" : "block"; }
+
+std::optional<RecomputeGranularity> parse_recompute_granularity(const std::string& text) {
+  if (text == "none") return RecomputeGranularity::none;
+  if (text == "selective") return RecomputeGranularity::selective;
+  if (text == "full") return RecomputeGranularity::full;
+  return std::nullopt;
+}
+
+std::optional<RecomputeMethod> parse_recompute_method(const std::string& text) {
+  if (text == "uniform") return RecomputeMethod::uniform;
+  if (text == "block") return RecomputeMethod::block;
+  return std::nullopt;
+}
+
+// Megatron's TransformerBlock._checkpointed_forward, per model chunk: uniform checkpoints groups
+// [i, min(i + n, layers)) for i = 0, n, 2n, ...; block checkpoints layers 0 .. n-1 one by one.
+bool RecomputeConfig::recomputes(std::int64_t local) const {
+  if (granularity != RecomputeGranularity::full) return false;
+  return method == RecomputeMethod::uniform || local < num_layers;
+}
+
+std::int64_t RecomputeConfig::group_begin(std::int64_t local) const {
+  return method == RecomputeMethod::uniform ? local - local % num_layers : local;
+}
+
+std::int64_t RecomputeConfig::group_end(std::int64_t local, std::int64_t chunk_layers) const {
+  return method == RecomputeMethod::uniform ? std::min(group_begin(local) + num_layers, chunk_layers) : local + 1;
+}
+
+std::int64_t RecomputeConfig::largest_group(std::int64_t chunk_layers) const {
+  if (granularity != RecomputeGranularity::full || chunk_layers == 0) return 0;
+  return method == RecomputeMethod::uniform ? std::min(num_layers, chunk_layers) : 1;
+}
+
 namespace {
 
 // --data-path: "" for the embedded corpus and "PREFIX" for one dataset without a weight (the
@@ -174,6 +218,14 @@ void to_json(nlohmann::json& out, const RunConfig& config) {
                         {"merge_file", t.merge_file}, {"tokenizer_model", t.tokenizer_model},
                         {"vocab_size", m.vocab_size}, {"eod", t.eod_token},
                         {"pad", t.pad_token == kNoPadToken ? nlohmann::json(nullptr) : nlohmann::json(t.pad_token)}};
+  }
+  // Only a run that recomputes records how (every other run's configuration reads as it always has).
+  if (config.recompute.granularity != RecomputeGranularity::none) {
+    out["recompute"] = {{"granularity", to_string(config.recompute.granularity)}};
+    if (config.recompute.granularity == RecomputeGranularity::full) {
+      out["recompute"]["method"] = to_string(config.recompute.method);
+      out["recompute"]["num_layers"] = config.recompute.num_layers;
+    }
   }
   // Only a run that evaluates records its evaluation settings, so the configuration of every
   // other run (log headers, checkpoints, the golden fixtures) reads as it always has.

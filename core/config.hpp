@@ -82,6 +82,35 @@ struct ParallelConfig {
   std::int64_t ddp_bucket_size = 0;     // --ddp-bucket-size; 0 = Megatron's default
 };
 
+// Activation recomputation (Megatron's --recompute-granularity, --recompute-method,
+// --recompute-num-layers; Korthikanti et al. 2022). It changes what a layer's forward keeps for its
+// backward, never a result: the recomputed forward is the same computation bit for bit.
+enum class RecomputeGranularity {
+  none,       // store every activation backward needs
+  selective,  // recompute core attention (Megatron's default module, core_attn): tandem's
+              // attention never stores its s x s scores, so this stores what `none` stores
+  full,       // recompute whole layers (the method and number below)
+};
+enum class RecomputeMethod {
+  uniform,  // each model chunk's layers in groups of num_layers (the last group may be shorter);
+            // a group keeps only its input and is recomputed whole in backward
+  block,    // the first num_layers layers of each model chunk keep only their inputs; the rest
+            // store everything
+};
+struct RecomputeConfig {
+  RecomputeGranularity granularity = RecomputeGranularity::none;
+  RecomputeMethod method = RecomputeMethod::uniform;  // used with full only
+  std::int64_t num_layers = 0;                        // full: >= 1; else 0
+
+  // Whether layer `local` (0-based within a model chunk of `chunk_layers` layers) keeps only its
+  // input, and the first and one-past-last local layer of its recompute group (full only).
+  bool recomputes(std::int64_t local) const;
+  std::int64_t group_begin(std::int64_t local) const;
+  std::int64_t group_end(std::int64_t local, std::int64_t chunk_layers) const;
+  // The most layers rebuilt at once in backward (0 without full recompute).
+  std::int64_t largest_group(std::int64_t chunk_layers) const;
+};
+
 // Megatron's gradient bucket size in parameters (DistributedDataParallelConfig.bucket_size):
 // 0 (one bucket: the whole buffer) without overlap_grad_reduce; with it --ddp-bucket-size, or
 // max(40,000,000, 1,000,000 x DP) when not given.
@@ -209,6 +238,7 @@ struct RunConfig {
   TokenizerConfig tokenizer;
   CheckpointConfig checkpoint;
   EvaluationConfig evaluation;
+  RecomputeConfig recompute;
   TokenRounding token_rounding;
   // What build_run_config changed or assumed where Megatron warns rather than refuses
   // ("--sequence-parallel with TP 1: turned off"); printed by plan, train and check, not saved.
@@ -228,6 +258,10 @@ std::string to_string(LossNormalization normalization);
 std::string to_string(DataOrder order);
 std::string to_string(Packing packing);
 std::string to_string(TokenizerType type);  // Megatron's spelling; "bytes" for tandem's own
+std::string to_string(RecomputeGranularity granularity);
+std::string to_string(RecomputeMethod method);
+std::optional<RecomputeGranularity> parse_recompute_granularity(const std::string& text);
+std::optional<RecomputeMethod> parse_recompute_method(const std::string& text);
 
 // The whole configuration as JSON (for log headers, checkpoints and `plan --json`).
 void to_json(nlohmann::json& out, const RunConfig& config);

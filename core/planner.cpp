@@ -155,16 +155,36 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
   const std::int64_t microbatches = config.microbatches_per_replica();
 
   MemoryPlan memory;
-  memory.recompute = options.recompute;
+  const RecomputeConfig& recompute = config.recompute;
+  memory.recompute = recompute.granularity;
   memory.budget_gib = options.gpu_memory_gib;
-  memory.activation_bytes_per_layer = activation_bytes_per_layer(config, options.recompute);
-  memory.megatron_activation_bytes_per_layer = megatron_activation_bytes_per_layer(config, options.recompute);
-  // Full recompute rebuilds one block's activations for one microbatch at a time in backward:
-  // that working set exists once, on top of the stored block inputs.
-  const double recompute_working_bytes =
-      options.recompute == RecomputeGranularity::full
-          ? activation_bytes_per_layer(config, RecomputeGranularity::none)
-          : 0.0;
+  memory.activation_bytes_per_layer = activation_bytes_per_layer(config, recompute.granularity);
+  memory.megatron_activation_bytes_per_layer = megatron_activation_bytes_per_layer(config, recompute.granularity);
+  const double whole_layer_bytes = activation_bytes_per_layer(config, RecomputeGranularity::none);
+  const double layer_input_bytes = activation_bytes_per_layer(config, RecomputeGranularity::full);
+  // What one microbatch keeps through a stage's model chunks (a recomputed group its input, every
+  // other layer everything), and the layers a full recompute rebuilds at once in backward: that
+  // working set exists once, on top of the stored inputs (production/model.hpp).
+  auto stored_per_microbatch = [&](std::int64_t stage) {
+    double bytes = 0.0;
+    for (std::int64_t chunk = 0; chunk < v; ++chunk) {
+      for (std::int64_t local = 0; local < stages.layers(stage, chunk).size(); ++local) {
+        if (!recompute.recomputes(local)) {
+          bytes += whole_layer_bytes;
+        } else if (recompute.group_begin(local) == local) {
+          bytes += layer_input_bytes;
+        }
+      }
+    }
+    return bytes;
+  };
+  auto recompute_working_bytes = [&](std::int64_t stage) {
+    std::int64_t layers = 0;
+    for (std::int64_t chunk = 0; chunk < v; ++chunk) {
+      layers = std::max(layers, recompute.largest_group(stages.layers(stage, chunk).size()));
+    }
+    return static_cast<double>(layers) * whole_layer_bytes;
+  };
 
   const std::int64_t layer_gpu = layer_parameters_per_gpu(count, model, tp);
   const std::int64_t vocab_matrix_gpu = model.padded_vocab_size * model.hidden_size / tp;
@@ -202,10 +222,9 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
     stage.main_grads_gib = parameters * kFp32Bytes / kBytesPerGib;
     stage.optimizer_state_gib = parameters * optimizer_bytes / optimizer_shards / kBytesPerGib;
     stage.activations_in_flight = first ? first_in_flight : last_in_flight;
-    double activation_bytes = stage.activations_in_flight *
-                              static_cast<double>(layers_per_stage) *
-                              memory.activation_bytes_per_layer;
-    activation_bytes += recompute_working_bytes;
+    const std::int64_t stage_index = first ? 0 : pp - 1;
+    double activation_bytes = stage.activations_in_flight * stored_per_microbatch(stage_index);
+    activation_bytes += recompute_working_bytes(stage_index);
     if (last) activation_bytes += logits_bytes;
     stage.activations_gib = activation_bytes / kBytesPerGib;
     stage.total_gib = stage.weights_gib + stage.main_grads_gib + stage.optimizer_state_gib +
@@ -241,21 +260,6 @@ std::int64_t first_update_at_or_after(std::int64_t samples, std::int64_t gbs) {
 
 }  // namespace
 
-std::string to_string(RecomputeGranularity granularity) {
-  switch (granularity) {
-    case RecomputeGranularity::none: return "none";
-    case RecomputeGranularity::selective: return "selective";
-    case RecomputeGranularity::full: return "full";
-  }
-  return "?";
-}
-
-std::optional<RecomputeGranularity> parse_recompute_granularity(const std::string& text) {
-  if (text == "none") return RecomputeGranularity::none;
-  if (text == "selective") return RecomputeGranularity::selective;
-  if (text == "full") return RecomputeGranularity::full;
-  return std::nullopt;
-}
 
 std::int64_t causal_attention_pairs(std::int64_t seq_length) {
   return seq_length * (seq_length + 1) / 2;
@@ -394,8 +398,9 @@ Plan make_plan(const RunConfig& config, const PlanOptions& options) {
     plan.warnings.push_back("memory: the peak stage needs " + fixed(plan.memory.peak_gib, 1) +
                             " GiB per GPU, over the --gpu-memory-gib budget of " +
                             fixed(options.gpu_memory_gib, 1) +
-                            " GiB; consider --recompute-granularity full (tandem's attention keeps no "
-                            "s x s scores, so selective saves nothing here), or more TP/PP");
+                            " GiB; consider --recompute-granularity full --recompute-method uniform "
+                            "--recompute-num-layers 1 (tandem's attention keeps no s x s scores, so "
+                            "selective saves nothing here), or more TP/PP");
   }
   if (plan.pipeline_bubble_fraction > kBubbleWarningFraction) {
     plan.warnings.push_back("pipeline bubble " + fixed(100.0 * plan.pipeline_bubble_fraction, 1) +
@@ -507,6 +512,12 @@ void to_json(nlohmann::json& out, const Plan& plan) {
         {"total", p.total}}},
       {"memory_per_gpu",
        {{"recompute_granularity", to_string(plan.memory.recompute)},
+        {"recompute_method", plan.memory.recompute == RecomputeGranularity::full
+                                 ? nlohmann::json(to_string(plan.config.recompute.method))
+                                 : nlohmann::json(nullptr)},
+        {"recompute_num_layers", plan.memory.recompute == RecomputeGranularity::full
+                                     ? nlohmann::json(plan.config.recompute.num_layers)
+                                     : nlohmann::json(nullptr)},
         {"activation_bytes_per_layer", plan.memory.activation_bytes_per_layer},
         {"megatron_activation_bytes_per_layer", plan.memory.megatron_activation_bytes_per_layer},
         {"stages", stages},
@@ -632,7 +643,11 @@ void print_plan(std::ostream& out, const Plan& plan) {
   row("total", grouped(p.total) + " (" + fixed(static_cast<double>(p.total) / 1e9, 2) + " B)");
 
   const MemoryPlan& memory = plan.memory;
-  out << "\nMemory per GPU, GiB (recompute " << to_string(memory.recompute) << ", "
+  const std::string recompute_method =
+      memory.recompute == RecomputeGranularity::full
+          ? " " + to_string(config.recompute.method) + " " + std::to_string(config.recompute.num_layers)
+          : "";
+  out << "\nMemory per GPU, GiB (recompute " << to_string(memory.recompute) << recompute_method << ", "
       << (config.optimizer.bf16 ? "bf16" : "fp32") << " weights"
       << (config.parallel.use_distributed_optimizer ? ", distributed optimizer" : "") << ")\n";
   for (const auto& stage : memory.stages) {

@@ -16,20 +16,9 @@
 
 namespace tandem {
 
-// Which activations are recomputed in backward instead of stored (Megatron's
-// --recompute-granularity; Korthikanti et al. 2022).
-enum class RecomputeGranularity {
-  none,       // store every activation backward needs
-  selective,  // recompute core attention (the s^2 score tensors): Korthikanti's "selective"
-  full,       // store only each layer's input; recompute the whole layer in backward
-};
-std::string to_string(RecomputeGranularity granularity);
-std::optional<RecomputeGranularity> parse_recompute_granularity(const std::string& text);
-
 // Options that exist only for planning (bound by `tandem plan`, not by the run options).
 struct PlanOptions {
   double gpu_memory_gib = 80.0;  // memory budget per GPU, GiB (2^30 bytes); 80 = an H100/A100 80GB
-  RecomputeGranularity recompute = RecomputeGranularity::none;  // Megatron's default: none
 };
 
 // Parameters by component, counted with the padded vocabulary (ModelConfig::padded_vocab_size),

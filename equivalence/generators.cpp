@@ -286,6 +286,15 @@ rc::Gen<UpdateCase> update_case(const CaseLimits& limits) {
         c.injection.on_loss = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
       }
     }
+    // Megatron's activation recomputation in the production twin (the reference stores every
+    // activation): groups that divide the layers, that do not, and larger than a chunk. Drawn
+    // last, so the draws above are what they were before it existed.
+    config.recompute.granularity = *rc::gen::weightedElement<RecomputeGranularity>(
+        {{2, RecomputeGranularity::none}, {1, RecomputeGranularity::selective}, {3, RecomputeGranularity::full}});
+    if (config.recompute.granularity == RecomputeGranularity::full) {
+      config.recompute.method = *rc::gen::element(RecomputeMethod::uniform, RecomputeMethod::block);
+      config.recompute.num_layers = *rc::gen::inRange<std::int64_t>(1, config.model.num_layers + 2);
+    }
     return c;
   });
 }
@@ -318,6 +327,10 @@ std::string case_name(const UpdateCase& c) {
      << (r.parallel.use_distributed_optimizer ? " distributed-optimizer" : "")
      << (r.parallel.overlap_grad_reduce ? " overlap-grad-reduce bucket " + std::to_string(r.parallel.ddp_bucket_size) : "")
      << (r.parallel.overlap_param_gather ? " overlap-param-gather" : "")
+     << (r.recompute.granularity == RecomputeGranularity::none ? "" : " recompute " + to_string(r.recompute.granularity))
+     << (r.recompute.granularity == RecomputeGranularity::full
+             ? " " + to_string(r.recompute.method) + " " + std::to_string(r.recompute.num_layers)
+             : "")
      << " | b1 " << r.optimizer.adam_beta1 << " b2 "
      << r.optimizer.adam_beta2 << " eps " << r.optimizer.adam_eps << " wd "
      << r.schedule.weight_decay << (r.schedule.weight_decay_incr_style == WeightDecayIncrStyle::linear

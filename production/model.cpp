@@ -80,26 +80,46 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
     slot.rope_cosines = buffer(rows_ * half, float{});
     slot.rope_sines = buffer(rows_ * half, float{});
     slot.blocks.resize(static_cast<std::size_t>(config.num_layers));
-    for (std::int64_t chunk = 0; chunk < chunks(); ++chunk) {
-      for (std::int64_t layer = chunk_layers(chunk).begin; layer < chunk_layers(chunk).end; ++layer) {
+  }
+  auto whole_block = [&](BlockActivations& block) {
+    block.block_input = compute_buffer(stream * d);
+    block.attn_inverse_rms = buffer(stream, float{});
+    block.attn_normed = compute_buffer(stream * d);
+    block.query = compute_buffer(rows_ * query_width);
+    block.key = compute_buffer(rows_ * kv_width);
+    block.value = compute_buffer(rows_ * kv_width);
+    block.context = compute_buffer(rows_ * query_width);
+    block.logsumexp = buffer(rows_ * heads, float{});
+    block.mid = compute_buffer(stream * d);
+    block.mlp_inverse_rms = buffer(stream, float{});
+    block.mlp_normed = compute_buffer(stream * d);
+    block.gate = compute_buffer(rows_ * ffn);
+    block.up = compute_buffer(rows_ * ffn);
+    block.hidden = compute_buffer(rows_ * ffn);
+  };
+  // Per slot, this stage's layers: everything, or (full recompute) only a group's input on its
+  // first layer; the scratch for the largest group.
+  recompute_ = options.recompute;
+  require(recompute_.granularity != RecomputeGranularity::full || recompute_.num_layers >= 1,
+          "full recomputation needs at least one layer per group (--recompute-num-layers)");
+  std::int64_t largest_group = 0;
+  for (std::int64_t chunk = 0; chunk < chunks(); ++chunk) {
+    const LayerRange layers = chunk_layers(chunk);
+    largest_group = std::max(largest_group, recompute_.largest_group(layers.size()));
+    for (std::int64_t layer = layers.begin; layer < layers.end; ++layer) {
+      const std::int64_t local = layer - layers.begin;
+      for (ActivationSlot& slot : slots_) {
         BlockActivations& block = slot.blocks[static_cast<std::size_t>(layer)];
-        block.block_input = compute_buffer(stream * d);
-        block.attn_inverse_rms = buffer(stream, float{});
-        block.attn_normed = compute_buffer(stream * d);
-        block.query = compute_buffer(rows_ * query_width);
-        block.key = compute_buffer(rows_ * kv_width);
-        block.value = compute_buffer(rows_ * kv_width);
-        block.context = compute_buffer(rows_ * query_width);
-        block.logsumexp = buffer(rows_ * heads, float{});
-        block.mid = compute_buffer(stream * d);
-        block.mlp_inverse_rms = buffer(stream, float{});
-        block.mlp_normed = compute_buffer(stream * d);
-        block.gate = compute_buffer(rows_ * ffn);
-        block.up = compute_buffer(rows_ * ffn);
-        block.hidden = compute_buffer(rows_ * ffn);
+        if (!recompute_.recomputes(local)) {
+          whole_block(block);
+        } else if (recompute_.group_begin(local) == local) {
+          block.block_input = compute_buffer(stream * d);
+        }
       }
     }
   }
+  recomputed_.resize(static_cast<std::size_t>(largest_group));
+  for (BlockActivations& block : recomputed_) whole_block(block);
   stream_ = compute_buffer(stream * d);
   branch_ = compute_buffer(stream * d);
   final_inverse_rms_ = buffer(stream, float{});
@@ -130,12 +150,9 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
   up_grad_ = compute_buffer(rows_ * ffn);
 }
 
-std::int64_t DecoderModel::activation_bytes_per_layer() const {
-  const std::vector<BlockActivations>& blocks = slots_.front().blocks;
-  const auto held = std::find_if(blocks.begin(), blocks.end(),
-                                 [](const BlockActivations& block) { return block.block_input.size() > 0; });
-  if (held == blocks.end()) return 0;
-  const BlockActivations& block = *held;
+namespace {
+
+std::int64_t block_bytes(const BlockActivations& block) {
   std::int64_t bytes = 0;
   for (const ComputeBuffer* buffer : {&block.block_input, &block.attn_normed, &block.query, &block.key, &block.value,
                                       &block.context, &block.mid, &block.mlp_normed, &block.gate, &block.up,
@@ -145,6 +162,27 @@ std::int64_t DecoderModel::activation_bytes_per_layer() const {
   for (const Buffer<float>* buffer : {&block.attn_inverse_rms, &block.logsumexp, &block.mlp_inverse_rms}) {
     bytes += buffer->bytes();
   }
+  return bytes;
+}
+
+}  // namespace
+
+std::int64_t DecoderModel::activation_bytes_per_layer() const {
+  // A whole block: a stored layer's, or the recompute scratch's (every layer recomputed).
+  auto whole = [](const BlockActivations& block) { return block.query.size() > 0; };
+  const std::vector<BlockActivations>& blocks = slots_.front().blocks;
+  if (const auto held = std::find_if(blocks.begin(), blocks.end(), whole); held != blocks.end()) {
+    return block_bytes(*held);
+  }
+  return recomputed_.empty() ? 0 : block_bytes(recomputed_.front());
+}
+
+std::int64_t DecoderModel::stored_activation_bytes() const {
+  std::int64_t bytes = 0;
+  for (const ActivationSlot& slot : slots_) {
+    for (const BlockActivations& block : slot.blocks) bytes += block_bytes(block);
+  }
+  for (const BlockActivations& block : recomputed_) bytes += block_bytes(block);
   return bytes;
 }
 
@@ -295,8 +333,7 @@ void DecoderModel::embed(const void* weights) {
   reduce_partial_into(stream_.data());
 }
 
-void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk) {
-  use_slot(slot);
+void DecoderModel::layer_forward(const void* weights, std::size_t layer, BlockActivations& block, bool announce) {
   const std::int64_t d = config_.hidden_size;
   const std::int64_t hd = config_.head_dim();
   const std::int64_t heads = heads_;
@@ -306,60 +343,88 @@ void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::in
   const std::int64_t ffn = ffn_;
   const std::int64_t stream = stream_rows_;
   const AttentionShape attention{micro_batch_size_, seq_, heads, groups, hd};
+  const LayerTensorIndices& index = layout_.layers[layer];
+  if (announce) before_weights(layer_span(layer));
+  backend_.copy(block.block_input.data(), stream_.data(), stream * d * dtype_bytes(compute_));
 
+  // RMSNorm -> attention -> residual add.
+  backend_.rmsnorm_forward(RmsnormForwardParams{block.block_input.data(), weight_at(weights, index.input_norm),
+                                                block.attn_normed.data(), block.attn_inverse_rms.data(),
+                                                stream, d, epsilon_, compute_});
+  const void* attention_input = whole_rows(block.attn_normed.data());  // [rows, d]
+  linear_forward(weights, Linear{index.q_weight, index.q_bias, d, query_width}, attention_input, block.query.data());
+  linear_forward(weights, Linear{index.k_weight, index.k_bias, d, kv_width}, attention_input, block.key.data());
+  linear_forward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, attention_input, block.value.data());
+  backend_.rope_forward(RopeParams{block.query.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, heads, hd, compute_});
+  backend_.rope_forward(RopeParams{block.key.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, groups, hd, compute_});
+  AttentionForwardParams attend;
+  attend.query = block.query.data();
+  attend.key = block.key.data();
+  attend.value = block.value.data();
+  attend.attention_start = current().attention_start.data();
+  attend.context = block.context.data();
+  attend.logsumexp = block.logsumexp.data();
+  attend.shape = attention;
+  attend.scale = attention_scale_;
+  attend.dtype = compute_;
+  backend_.attention_forward(attend);
+  row_parallel_forward(weights, Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), branch_.data());
+  backend_.add(AddParams{block.block_input.data(), branch_.data(), block.mid.data(), stream * d, compute_});
+
+  // RMSNorm -> SwiGLU MLP -> residual add.
+  backend_.rmsnorm_forward(RmsnormForwardParams{block.mid.data(), weight_at(weights, index.post_norm),
+                                                block.mlp_normed.data(), block.mlp_inverse_rms.data(),
+                                                stream, d, epsilon_, compute_});
+  const void* mlp_input = whole_rows(block.mlp_normed.data());  // [rows, d]
+  linear_forward(weights, Linear{index.gate_weight, index.gate_bias, d, ffn}, mlp_input, block.gate.data());
+  linear_forward(weights, Linear{index.up_weight, index.up_bias, d, ffn}, mlp_input, block.up.data());
+  backend_.swiglu_forward(SwigluForwardParams{block.gate.data(), block.up.data(), block.hidden.data(), rows_ * ffn, compute_});
+  row_parallel_forward(weights, Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), branch_.data());
+  backend_.add(AddParams{block.mid.data(), branch_.data(), stream_.data(), stream * d, compute_});
+}
+
+bool DecoderModel::recomputed(std::int64_t chunk, std::size_t layer) const {
+  return recompute_.recomputes(static_cast<std::int64_t>(layer) - chunk_layers(chunk).begin);
+}
+
+BlockActivations& DecoderModel::activations_of(std::int64_t chunk, std::size_t layer) {
+  if (!recomputed(chunk, layer)) return current().blocks[layer];
+  const std::int64_t local = static_cast<std::int64_t>(layer) - chunk_layers(chunk).begin;
+  return recomputed_[static_cast<std::size_t>(local - recompute_.group_begin(local))];
+}
+
+void DecoderModel::recompute_group(const void* weights, std::int64_t chunk, std::size_t layer) {
+  const std::int64_t begin = chunk_layers(chunk).begin;
+  const std::int64_t local = static_cast<std::int64_t>(layer) - begin;
+  const auto first = static_cast<std::size_t>(begin + recompute_.group_begin(local));
+  // stream_ is free in backward: the final norm's backward has read it, the trainer has sent it.
+  backend_.copy(stream_.data(), current().blocks[first].block_input.data(), stream_bytes());
+  for (std::size_t rerun = first; rerun <= layer; ++rerun) {
+    layer_forward(weights, rerun, activations_of(chunk, rerun), false);
+  }
+}
+
+void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk) {
+  use_slot(slot);
   if (starts_model(chunk)) {
     before_weights(embedding_span());
     embed(weights);
   }
-  for (auto layer = static_cast<std::size_t>(chunk_layers(chunk).begin);
-       layer < static_cast<std::size_t>(chunk_layers(chunk).end); ++layer) {
-    const LayerTensorIndices& index = layout_.layers[layer];
-    BlockActivations& block = current().blocks[layer];
-    before_weights(layer_span(layer));
-    backend_.copy(block.block_input.data(), stream_.data(), stream * d * dtype_bytes(compute_));
-
-    // RMSNorm -> attention -> residual add.
-    backend_.rmsnorm_forward(RmsnormForwardParams{block.block_input.data(), weight_at(weights, index.input_norm),
-                                                  block.attn_normed.data(), block.attn_inverse_rms.data(),
-                                                  stream, d, epsilon_, compute_});
-    const void* attention_input = whole_rows(block.attn_normed.data());  // [rows, d]
-    linear_forward(weights, Linear{index.q_weight, index.q_bias, d, query_width}, attention_input, block.query.data());
-    linear_forward(weights, Linear{index.k_weight, index.k_bias, d, kv_width}, attention_input, block.key.data());
-    linear_forward(weights, Linear{index.v_weight, index.v_bias, d, kv_width}, attention_input, block.value.data());
-    backend_.rope_forward(RopeParams{block.query.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, heads, hd, compute_});
-    backend_.rope_forward(RopeParams{block.key.data(), current().rope_cosines.data(), current().rope_sines.data(), rows_, groups, hd, compute_});
-    AttentionForwardParams attend;
-    attend.query = block.query.data();
-    attend.key = block.key.data();
-    attend.value = block.value.data();
-    attend.attention_start = current().attention_start.data();
-    attend.context = block.context.data();
-    attend.logsumexp = block.logsumexp.data();
-    attend.shape = attention;
-    attend.scale = attention_scale_;
-    attend.dtype = compute_;
-    backend_.attention_forward(attend);
-    row_parallel_forward(weights, Linear{index.o_weight, index.o_bias, query_width, d}, block.context.data(), branch_.data());
-    backend_.add(AddParams{block.block_input.data(), branch_.data(), block.mid.data(), stream * d, compute_});
-
-    // RMSNorm -> SwiGLU MLP -> residual add.
-    backend_.rmsnorm_forward(RmsnormForwardParams{block.mid.data(), weight_at(weights, index.post_norm),
-                                                  block.mlp_normed.data(), block.mlp_inverse_rms.data(),
-                                                  stream, d, epsilon_, compute_});
-    const void* mlp_input = whole_rows(block.mlp_normed.data());  // [rows, d]
-    linear_forward(weights, Linear{index.gate_weight, index.gate_bias, d, ffn}, mlp_input, block.gate.data());
-    linear_forward(weights, Linear{index.up_weight, index.up_bias, d, ffn}, mlp_input, block.up.data());
-    backend_.swiglu_forward(SwigluForwardParams{block.gate.data(), block.up.data(), block.hidden.data(), rows_ * ffn, compute_});
-    row_parallel_forward(weights, Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), branch_.data());
-    backend_.add(AddParams{block.mid.data(), branch_.data(), stream_.data(), stream * d, compute_});
+  const LayerRange layers = chunk_layers(chunk);
+  for (auto layer = static_cast<std::size_t>(layers.begin); layer < static_cast<std::size_t>(layers.end); ++layer) {
+    const std::int64_t local = static_cast<std::int64_t>(layer) - layers.begin;
+    if (recomputed(chunk, layer) && recompute_.group_begin(local) == local) {  // the group's input, kept
+      backend_.copy(current().blocks[layer].block_input.data(), stream_.data(), stream_bytes());
+    }
+    layer_forward(weights, layer, activations_of(chunk, layer), true);
   }
   if (!ends_model(chunk)) return;
   // The last stage of tied embeddings reads its copy of the embedding as the output layer.
   if (!starts_model(0)) before_weights(embedding_span());
   before_weights(tail_span());
   backend_.rmsnorm_forward(RmsnormForwardParams{stream_.data(), weight_at(weights, layout_.final_norm),
-                                                 final_normed_.data(), final_inverse_rms_.data(), stream,
-                                                 d, epsilon_, compute_});
+                                                 final_normed_.data(), final_inverse_rms_.data(), stream_rows_,
+                                                 config_.hidden_size, epsilon_, compute_});
 }
 
 const void* DecoderModel::output_projection_input() { return whole_rows(final_normed_.data()); }
@@ -549,7 +614,12 @@ void DecoderModel::backward_chunk(const void* weights, std::int64_t slot, std::i
   for (auto layer = static_cast<std::size_t>(chunk_layers(chunk).end);
        layer-- > static_cast<std::size_t>(chunk_layers(chunk).begin);) {
     const LayerTensorIndices& index = layout_.layers[layer];
-    BlockActivations& block = current().blocks[layer];
+    const std::int64_t local = static_cast<std::int64_t>(layer) - chunk_layers(chunk).begin;
+    // Backward meets a recomputed group at its last layer: the group's forward again, from its input.
+    if (recomputed(chunk, layer) && local + 1 == recompute_.group_end(local, chunk_layers(chunk).size())) {
+      recompute_group(weights, chunk, layer);
+    }
+    BlockActivations& block = activations_of(chunk, layer);
 
     // MLP branch: stream = mid + down(silu(gate) * up); stream_grad flows to mid unchanged.
     row_parallel_backward(Linear{index.down_weight, index.down_bias, ffn, d}, block.hidden.data(), hidden_grad_.data());

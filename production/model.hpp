@@ -76,6 +76,10 @@ struct DecoderOptions {
   const PipelineStages* pipeline = nullptr;
   std::int64_t pipeline_stage = 0;
   std::int64_t activation_slots = 1;
+  // Megatron's full recomputation (core/config.hpp RecomputeConfig): a recomputed group of layers
+  // keeps only its input in the slot; its backward first reruns the group's forward into scratch
+  // activations (recomputed_), bit for bit the first forward's. Selective stores what none does.
+  RecomputeConfig recompute;
   // The trainer's hook points (step_hooks.hpp) for tensor parallelism's negative controls; null:
   // the identity.
   const StepHooks* hooks = nullptr;
@@ -130,9 +134,12 @@ class DecoderModel {
 
   std::int64_t rows() const { return rows_; }
   std::int64_t logits_chunk_rows() const { return chunk_rows_; }
-  // Bytes of backend memory the model keeps from a layer's forward for its backward (one
-  // BlockActivations), and in all (activations, inputs, scratch): docs/PRODUCTION.md "Memory".
+  // Bytes of backend memory the model keeps from a layer's forward for its backward (one whole
+  // BlockActivations, as without recomputation); what every activation slot's layers keep plus the
+  // recompute scratch (the plan's activations without the logits); and in all (activations,
+  // inputs, scratch): docs/PRODUCTION.md "Memory".
   std::int64_t activation_bytes_per_layer() const;
+  std::int64_t stored_activation_bytes() const;
   std::int64_t allocated_bytes() const { return allocated_bytes_; }
 
  private:
@@ -148,6 +155,16 @@ class DecoderModel {
     std::vector<BlockActivations> blocks;  // [L]; allocated for this stage's layers only
   };
   ActivationSlot& current() { return slots_[static_cast<std::size_t>(slot_)]; }  // the pass's slot
+  // One layer's forward from stream_ (kept in block.block_input) into stream_, keeping what its
+  // backward reads in `block`; `announce`: report the layer's weights to the hooks (not when
+  // recomputing: the weights were read before).
+  void layer_forward(const void* weights, std::size_t layer, BlockActivations& block, bool announce);
+  // Full recomputation: whether `layer` (of `chunk`) keeps only its group's input, and the
+  // activations its forward and backward use (the slot's, or the recompute scratch).
+  bool recomputed(std::int64_t chunk, std::size_t layer) const;
+  BlockActivations& activations_of(std::int64_t chunk, std::size_t layer);
+  // Reruns the forward of the recompute group that ends at `layer` from the group's kept input.
+  void recompute_group(const void* weights, std::int64_t chunk, std::size_t layer);
   void use_slot(std::int64_t slot);
   // main_grads == nullptr: the loss alone (chunk_loss).
   void loss_and_output_backward(const void* weights, float loss_scale, float* main_grads,
@@ -234,6 +251,8 @@ class DecoderModel {
   float attention_scale_ = 0.0f; // 1/sqrt(hd) as fp32
 
   std::vector<ActivationSlot> slots_;  // [activation slots]
+  RecomputeConfig recompute_;
+  std::vector<BlockActivations> recomputed_;  // [largest recompute group] scratch (full recompute)
   std::int64_t slot_ = 0;               // the slot of the pass in progress
   ComputeBuffer stream_;                  // [stream rows, d] residual stream (final norm's input)
   ComputeBuffer branch_;                  // [stream rows, d] o_proj / down_proj output before the add

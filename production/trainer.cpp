@@ -155,6 +155,7 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   decoder.micro_batch_size = config_.batch.micro_batch_size;
   decoder.logits_chunk_rows = options_.logits_chunk_rows;
   decoder.compute = compute_;
+  decoder.recompute = config_.recompute;
   if (split_.size() > 1) {
     tp_comm_ = TensorParallelComm(*backend_, tp_group_, decoder.micro_batch_size * config_.model.seq_length *
                                                             config_.model.hidden_size);

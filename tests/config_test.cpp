@@ -62,6 +62,36 @@ TEST(Config, MegatronDataOrderRefusesWhatMegatronCannotDo) {
   expect_issue(with(valid(), {"--data-order", "random"}), "--data-order");
 }
 
+TEST(Config, RecomputationFollowsMegatronsRules) {
+  const RunConfig none = parse(valid());
+  EXPECT_EQ(none.recompute.granularity, RecomputeGranularity::none);
+  const RunConfig full =
+      parse(with(valid(), {"--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"}));
+  EXPECT_EQ(full.recompute.granularity, RecomputeGranularity::full);
+  EXPECT_EQ(full.recompute.method, RecomputeMethod::block);
+  EXPECT_EQ(full.recompute.num_layers, 2);
+  EXPECT_EQ(parse(with(valid(), {"--recompute-activations"})).recompute.granularity, RecomputeGranularity::selective);
+  // TransformerConfig.__post_init__: full needs a method and a number of layers; selective takes no
+  // number; unknown values are refused.
+  expect_issue(with(valid(), {"--recompute-granularity", "full", "--recompute-num-layers", "1"}), "--recompute-method");
+  expect_issue(with(valid(), {"--recompute-granularity", "full", "--recompute-method", "uniform"}),
+               "--recompute-num-layers");
+  expect_issue(with(valid(), {"--recompute-granularity", "selective", "--recompute-num-layers", "1"}),
+               "--recompute-num-layers");
+  expect_issue(with(valid(), {"--recompute-granularity", "layer"}), "--recompute-granularity");
+  expect_issue(with(valid(), {"--recompute-granularity", "full", "--recompute-method", "every", "--recompute-num-layers",
+                              "1"}),
+               "--recompute-method");
+  expect_issue(with(valid(), {"--recompute-activations", "--recompute-granularity", "full", "--recompute-method",
+                              "uniform", "--recompute-num-layers", "1"}),
+               "--recompute-activations");
+  // Megatron ignores a method without a granularity; tandem says so.
+  const RunConfig ignored = parse(with(valid(), {"--recompute-method", "uniform", "--recompute-num-layers", "1"}));
+  EXPECT_EQ(ignored.recompute.granularity, RecomputeGranularity::none);
+  ASSERT_EQ(ignored.argument_warnings.size(), 1u);
+  EXPECT_NE(ignored.argument_warnings.front().find("nothing is recomputed"), std::string::npos);
+}
+
 TEST(Config, ValidBaselineParsesWithDerivedDefaults) {
   const RunConfig config = parse(valid());
   EXPECT_EQ(config.parallel.data_parallel, 1);

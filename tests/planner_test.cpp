@@ -201,26 +201,61 @@ RC_GTEST_PROP(Planner, DistributedOptimizerShardsOptimizerStateOverDataParallel,
   }
 }
 
+RunConfig recomputing(RunConfig config, RecomputeGranularity granularity,
+                      RecomputeMethod method = RecomputeMethod::uniform, std::int64_t layers = 0) {
+  config.recompute.granularity = granularity;
+  config.recompute.method = method;
+  config.recompute.num_layers = layers;
+  return config;
+}
+
 RC_GTEST_PROP(Planner, RecomputeStoresLessActivations, ()) {
   const Layout layout = draw_layout();
   const RunConfig config = parse_run(with(
       arguments_for(layout), {"--train-samples", std::to_string(layout.global_batch_size())}));
-  PlanOptions options;
-  options.recompute = RecomputeGranularity::none;
-  const double none = make_plan(config, options).memory.activation_bytes_per_layer;
-  options.recompute = RecomputeGranularity::selective;
-  const double selective = make_plan(config, options).memory.activation_bytes_per_layer;
-  options.recompute = RecomputeGranularity::full;
-  const double full = make_plan(config, options).memory.activation_bytes_per_layer;
+  auto memory = [&](RecomputeGranularity granularity) {
+    return make_plan(recomputing(config, granularity, RecomputeMethod::uniform, 1), PlanOptions{}).memory;
+  };
+  const double none = memory(RecomputeGranularity::none).activation_bytes_per_layer;
+  const double selective = memory(RecomputeGranularity::selective).activation_bytes_per_layer;
+  const double full = memory(RecomputeGranularity::full).activation_bytes_per_layer;
   RC_ASSERT(full < selective);
   // tandem's attention is flash-style: selective recomputation has nothing left to save.
   RC_ASSERT(selective == none);
   // Megatron's count without flash attention: none adds the H x s^2 attention scores.
-  options.recompute = RecomputeGranularity::none;
-  const double megatron_none = make_plan(config, options).memory.megatron_activation_bytes_per_layer;
-  options.recompute = RecomputeGranularity::selective;
-  const double megatron_selective = make_plan(config, options).memory.megatron_activation_bytes_per_layer;
-  RC_ASSERT(megatron_selective < megatron_none);
+  RC_ASSERT(memory(RecomputeGranularity::selective).megatron_activation_bytes_per_layer <
+            memory(RecomputeGranularity::none).megatron_activation_bytes_per_layer);
+}
+
+// Megatron's methods per model chunk: uniform groups of n keep one input per group and rebuild n
+// layers at once; block keeps the first n layers' inputs and everything of the others.
+TEST(Planner, RecomputeMethodsCountTheirGroupsPerModelChunk) {
+  const RunConfig config = parse_run({"--num-layers", "8", "--hidden-size", "64", "--num-attention-heads", "4",
+                                      "--seq-length", "32", "--micro-batch-size", "1", "--global-batch-size", "4",
+                                      "--train-samples", "4", "--pipeline-model-parallel-size", "2",
+                                      "--world-size", "2"});
+  const double whole = make_plan(config, PlanOptions{}).memory.activation_bytes_per_layer;
+  const double input =
+      make_plan(recomputing(config, RecomputeGranularity::full, RecomputeMethod::uniform, 1), PlanOptions{})
+          .memory.activation_bytes_per_layer;
+  auto first_stage_bytes = [&](const RunConfig& run) {
+    const StageMemory& first = make_plan(run, PlanOptions{}).memory.stages.front();
+    return first.activations_gib * 1024.0 * 1024.0 * 1024.0;  // GiB = 2^30 bytes
+  };
+  // The first of two stages: 4 layers, min(PP, M) = 2 microbatches in flight.
+  EXPECT_DOUBLE_EQ(first_stage_bytes(config), 2 * 4 * whole);
+  EXPECT_DOUBLE_EQ(first_stage_bytes(recomputing(config, RecomputeGranularity::full, RecomputeMethod::uniform, 1)),
+                   2 * 4 * input + 1 * whole);
+  // Groups of 3 over 4 layers: [0, 3) and [3, 4); three layers rebuilt at once.
+  EXPECT_DOUBLE_EQ(first_stage_bytes(recomputing(config, RecomputeGranularity::full, RecomputeMethod::uniform, 3)),
+                   2 * 2 * input + 3 * whole);
+  // More than the chunk holds: one group of all four.
+  EXPECT_DOUBLE_EQ(first_stage_bytes(recomputing(config, RecomputeGranularity::full, RecomputeMethod::uniform, 9)),
+                   2 * 1 * input + 4 * whole);
+  EXPECT_DOUBLE_EQ(first_stage_bytes(recomputing(config, RecomputeGranularity::full, RecomputeMethod::block, 1)),
+                   2 * (1 * input + 3 * whole) + 1 * whole);
+  EXPECT_DOUBLE_EQ(first_stage_bytes(recomputing(config, RecomputeGranularity::full, RecomputeMethod::block, 4)),
+                   2 * 4 * input + 1 * whole);
 }
 
 TEST(Planner, FirstStageHoldsMinOfStagesAndMicrobatchesInFlight) {

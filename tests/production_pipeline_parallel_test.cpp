@@ -23,6 +23,7 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/main_state.hpp"
 #include "core/init.hpp"
+#include "core/planner.hpp"
 #include "equivalence/comparison.hpp"
 #include "equivalence/twin.hpp"
 #include "production/checkpointing.hpp"
@@ -317,6 +318,114 @@ TEST(PipelineParallel, EachStageKeepsItsLayersActivationsForTheMicrobatchesIn1F1
     // The shared buffers as one stage's, then per slot its inputs and its 2 layers.
     EXPECT_EQ(trainer.model().allocated_bytes(), all - 4 * per_layer - inputs + slots * (inputs + 2 * per_layer))
         << "stage " << trainer.pipeline_stage();
+  });
+}
+
+
+// ---- Activation recomputation (Megatron's --recompute-granularity full / selective) ----
+
+RunConfig recomputing(RunConfig config, RecomputeGranularity granularity, RecomputeMethod method,
+                      std::int64_t layers) {
+  config.recompute.granularity = granularity;
+  config.recompute.method = method;
+  config.recompute.num_layers = granularity == RecomputeGranularity::full ? layers : 0;
+  return config;
+}
+
+std::string describe(const RecomputeConfig& recompute) {
+  return to_string(recompute.granularity) +
+         (recompute.granularity == RecomputeGranularity::full
+              ? " " + to_string(recompute.method) + " " + std::to_string(recompute.num_layers)
+              : "");
+}
+
+TEST(Recompute, EveryMethodIsBitwiseTheRunThatStoresEverything) {
+  // The recomputed forward is the first forward's operations on the same bytes: losses, norms and
+  // states equal bit for bit, on one stage, pipelined (1F1B and interleaved), with TP + SP, and
+  // in bf16; groups that divide the chunk, that do not, and larger than it.
+  struct Layout {
+    std::int64_t pp, tp, chunks, layers;
+    bool bf16;
+  };
+  for (const Layout layout : {Layout{1, 1, 1, 5, false}, Layout{2, 1, 1, 6, false}, Layout{2, 1, 2, 8, false},
+                              Layout{1, 2, 1, 3, false}, Layout{2, 1, 1, 4, true}}) {
+    RunConfig base = pp_run(layout.pp, layout.tp);
+    base.model.num_layers = layout.layers;
+    base.parallel.virtual_pipeline_stages = layout.chunks;
+    base.optimizer.bf16 = layout.bf16;
+    const auto run = [](const RunConfig& config) {
+      Ranks ranks(config);
+      std::vector<IterationRecord> records;
+      for (int i = 0; i < 2; ++i) records.push_back(ranks.run().front());
+      return std::make_pair(records, ranks.state());
+    };
+    const auto [stored_records, stored_state] = run(base);
+    for (const RecomputeConfig recompute :
+         {RecomputeConfig{RecomputeGranularity::selective, RecomputeMethod::uniform, 0},
+          RecomputeConfig{RecomputeGranularity::full, RecomputeMethod::uniform, 1},
+          RecomputeConfig{RecomputeGranularity::full, RecomputeMethod::uniform, 2},
+          RecomputeConfig{RecomputeGranularity::full, RecomputeMethod::uniform, 3},
+          RecomputeConfig{RecomputeGranularity::full, RecomputeMethod::uniform, 9},
+          RecomputeConfig{RecomputeGranularity::full, RecomputeMethod::block, 1},
+          RecomputeConfig{RecomputeGranularity::full, RecomputeMethod::block, 2}}) {
+      const RunConfig config = recomputing(base, recompute.granularity, recompute.method, recompute.num_layers);
+      const auto [records, state] = run(config);
+      const std::string what = "PP " + std::to_string(layout.pp) + " TP " + std::to_string(layout.tp) + " chunks " +
+                               std::to_string(layout.chunks) + (layout.bf16 ? " bf16" : " fp32") + ", recompute " +
+                               describe(recompute);
+      for (std::size_t i = 0; i < records.size(); ++i) {
+        EXPECT_EQ(records[i].loss, stored_records[i].loss) << what;
+        EXPECT_EQ(records[i].grad_norm, stored_records[i].grad_norm) << what;
+      }
+      expect_same_state(state, stored_state, what);
+    }
+  }
+}
+
+TEST(Recompute, EachStageKeepsOnlyItsGroupsInputsAndRebuildsOneGroupAtATime) {
+  // Exact, per stage: every activation slot keeps one whole BlockActivations per stored layer and
+  // one block input per recomputed group; the scratch holds the largest group's whole blocks. The
+  // plan counts the same: its stage bytes equal the model's (PP 2: the first stage holds 2
+  // microbatches, the last 1; no logits on the first stage).
+  RunConfig base = pp_run(2);
+  base.model.num_layers = 8;  // 4 a stage
+  Ranks stored(base);
+  const std::int64_t whole = stored.ranks.front().model().activation_bytes_per_layer();
+  const std::int64_t rows = base.batch.micro_batch_size * base.model.seq_length;
+  const std::int64_t input = rows * base.model.hidden_size * 4;  // fp32 [rows, d]
+  struct Expected {
+    RecomputeMethod method;
+    std::int64_t layers;
+    std::int64_t inputs;   // kept per slot
+    std::int64_t wholes;   // stored whole per slot
+    std::int64_t scratch;  // whole blocks rebuilt at once
+  };
+  for (const Expected expected : {Expected{RecomputeMethod::uniform, 1, 4, 0, 1}, Expected{RecomputeMethod::uniform, 3, 2, 0, 3},
+                                  Expected{RecomputeMethod::uniform, 4, 1, 0, 4}, Expected{RecomputeMethod::block, 1, 1, 3, 1},
+                                  Expected{RecomputeMethod::block, 3, 3, 1, 1}}) {
+    const RunConfig config = recomputing(base, RecomputeGranularity::full, expected.method, expected.layers);
+    const std::string what = describe(config.recompute);
+    Ranks ranks(config);
+    ranks.ranks.each([&](Trainer& trainer, int) {
+      const std::int64_t slots = trainer.model().activation_slots();
+      EXPECT_EQ(trainer.model().activation_bytes_per_layer(), whole) << what;
+      EXPECT_EQ(trainer.model().stored_activation_bytes(),
+                slots * (expected.inputs * input + expected.wholes * whole) + expected.scratch * whole)
+          << what << ", stage " << trainer.pipeline_stage();
+    });
+    // The plan's first stage, from the same rules.
+    RunConfig planned = config;
+    planned.parallel.data_parallel = 1;
+    const StageMemory first = make_plan(planned, PlanOptions{}).memory.stages.front();
+    std::int64_t model_first = 0;
+    ranks.ranks.each([&](Trainer& trainer, int) {
+      if (trainer.pipeline_stage() == 0) model_first = trainer.model().stored_activation_bytes();
+    });
+    EXPECT_DOUBLE_EQ(first.activations_gib * 1024.0 * 1024.0 * 1024.0, static_cast<double>(model_first)) << what;
+  }
+  // And without recomputation, the same rule: every layer whole in every slot, no scratch.
+  stored.ranks.each([&](Trainer& trainer, int) {
+    EXPECT_EQ(trainer.model().stored_activation_bytes(), trainer.model().activation_slots() * 4 * whole);
   });
 }
 
