@@ -1,8 +1,8 @@
 // Configuration: every validation rule of the foundation issue gets its error (naming the field)
 // in-process, and bad input through the real binary exits non-zero with that error on stderr.
-#include <algorithm>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -88,8 +88,9 @@ TEST(Config, RecomputationFollowsMegatronsRules) {
   // Megatron ignores a method without a granularity; tandem says so.
   const RunConfig ignored = parse(with(valid(), {"--recompute-method", "uniform", "--recompute-num-layers", "1"}));
   EXPECT_EQ(ignored.recompute.granularity, RecomputeGranularity::none);
-  ASSERT_EQ(ignored.argument_warnings.size(), 1u);
-  EXPECT_NE(ignored.argument_warnings.front().find("nothing is recomputed"), std::string::npos);
+  ASSERT_EQ(ignored.argument_warnings.size(), none.argument_warnings.size() + 1);
+  EXPECT_TRUE(std::any_of(ignored.argument_warnings.begin(), ignored.argument_warnings.end(),
+                          [](const std::string& warning) { return warning.find("nothing is recomputed") != std::string::npos; }));
 }
 
 TEST(Config, ValidBaselineParsesWithDerivedDefaults) {
