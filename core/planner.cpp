@@ -128,6 +128,42 @@ double megatron_activation_bytes_per_layer(const RunConfig& config, RecomputeGra
   return 0.0;
 }
 
+// The production trainer's working buffers on one GPU that the plan's other terms do not count, by
+// production/model.hpp's and trainer.hpp's allocations: each activation slot's inputs (token ids,
+// labels, positions, attention starts, the loss mask, RoPE's cosines and sines); the residual
+// stream, its branch and the final norm; one chunk of fp32 logits (and its bf16 gradient); one
+// layer's backward scratch; tensor parallelism's exchange scratch; every microbatch's per-position
+// loss; the pipeline's send and receive buffers. Bytes, for `in_flight` activation slots.
+double working_bytes(const RunConfig& config, double in_flight) {
+  const ModelConfig& model = config.model;
+  const ParallelConfig& parallel = config.parallel;
+  const double e = config.optimizer.bf16 ? kBf16Bytes : kFp32Bytes;
+  const std::int64_t tp = parallel.tensor_parallel;
+  const double t = static_cast<double>(tp);
+  const double rows = static_cast<double>(model.seq_length / parallel.context_parallel * config.batch.micro_batch_size);
+  const double stream = parallel.sequence_parallel ? rows / t : rows;
+  const double d = static_cast<double>(model.hidden_size);
+  const double hd = static_cast<double>(model.head_dim());
+  const double query = d / t;
+  const double kv = static_cast<double>(model.kv_width()) / std::min(t, static_cast<double>(model.num_query_groups));
+  const double ffn = static_cast<double>(model.ffn_hidden_size) / t;
+  const std::int64_t vocab = model.padded_vocab_size / tp;
+  const double chunk = static_cast<double>(std::min<std::int64_t>(
+      static_cast<std::int64_t>(rows), std::max<std::int64_t>(1, (std::int64_t{256} << 20) / (vocab * 4))));
+  double bytes = in_flight * (rows * (4 * kFp32Bytes + 1) + rows * hd * kFp32Bytes);   // slot inputs
+  bytes += 3 * stream * d * e + stream * kFp32Bytes;                                  // stream, branch, final norm
+  bytes += chunk * static_cast<double>(vocab) * (kFp32Bytes + (config.optimizer.bf16 ? e : 0.0));  // logits
+  bytes += (2 * stream * d + 2 * rows * query + 2 * rows * kv + 3 * rows * ffn) * e;  // backward scratch
+  if (tp > 1) {
+    if (parallel.sequence_parallel) bytes += rows * d * e + stream * d * kFp32Bytes;  // gathered, reduced
+    bytes += rows * d * e + rows * d * kFp32Bytes;                                   // embedded, partial
+    bytes += (3 * t + 2) * chunk * kFp32Bytes;                                        // cross-entropy stats
+  }
+  bytes += static_cast<double>(config.microbatches_per_replica()) * rows * kFp32Bytes;  // row losses
+  if (parallel.pipeline_parallel > 1) bytes += 4 * stream * d * e;                      // [2] out, [2] in
+  return bytes;
+}
+
 GradientExchange gradient_exchange(const ParallelConfig& parallel, std::int64_t parameters, double weight_bytes) {
   const std::int64_t dp = parallel.data_parallel;
   const std::vector<GradientBucket> buckets =
@@ -201,12 +237,6 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
   const double first_in_flight =
       static_cast<double>(std::min(pp, microbatches)) * interleave_factor;
   const double last_in_flight = v > 1 ? first_in_flight : 1.0;
-  // fp32 logits of one microbatch for the vocab-parallel cross-entropy (SPEC 5: fp32 at least).
-  const double logits_bytes = kFp32Bytes * static_cast<double>(model.seq_length) /
-                              static_cast<double>(parallel.context_parallel) *
-                              static_cast<double>(config.batch.micro_batch_size) *
-                              static_cast<double>(model.padded_vocab_size) /
-                              static_cast<double>(tp);
 
   auto stage_memory = [&](const std::string& name, bool first, bool last) {
     const std::int64_t layers_per_stage = stages.layers_on(first ? 0 : pp - 1);
@@ -225,10 +255,10 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
     const std::int64_t stage_index = first ? 0 : pp - 1;
     double activation_bytes = stage.activations_in_flight * stored_per_microbatch(stage_index);
     activation_bytes += recompute_working_bytes(stage_index);
-    if (last) activation_bytes += logits_bytes;
     stage.activations_gib = activation_bytes / kBytesPerGib;
+    stage.working_gib = working_bytes(config, stage.activations_in_flight) / kBytesPerGib;
     stage.total_gib = stage.weights_gib + stage.main_grads_gib + stage.optimizer_state_gib +
-                      stage.activations_gib;
+                      stage.activations_gib + stage.working_gib;
     stage.exchange = gradient_exchange(parallel, stage.parameters_per_gpu, weight_bytes);
     return stage;
   };
@@ -240,6 +270,45 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
   }
   for (const auto& stage : memory.stages) memory.peak_gib = std::max(memory.peak_gib, stage.total_gib);
   return memory;
+}
+
+// The least recomputation that fits the budget, by the plan's own count: block with the fewest
+// layers a chunk (the others store everything); when none fits, the uniform group size that needs
+// the least memory, and by how much it misses.
+std::string recompute_advice(const RunConfig& config, const PlanOptions& options, const ParameterCount& count) {
+  const std::string selective_note = " (tandem's attention keeps no s x s scores, so selective saves nothing here)";
+  RunConfig trial = config;
+  trial.recompute.granularity = RecomputeGranularity::full;
+  const PipelineStages stages(pipeline_split(config.model, config.parallel));
+  std::int64_t chunk_layers = 0;
+  for (std::int64_t stage = 0; stage < stages.pipeline_size(); ++stage) {
+    for (std::int64_t chunk = 0; chunk < stages.virtual_stages(); ++chunk) {
+      chunk_layers = std::max(chunk_layers, stages.layers(stage, chunk).size());
+    }
+  }
+  auto peak_with = [&](RecomputeMethod method, std::int64_t layers) {
+    trial.recompute.method = method;
+    trial.recompute.num_layers = layers;
+    return plan_memory(trial, options, count).peak_gib;
+  };
+  for (std::int64_t layers = 1; layers <= chunk_layers; ++layers) {
+    const double peak = peak_with(RecomputeMethod::block, layers);
+    if (peak <= options.gpu_memory_gib) {
+      return "--recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(layers) +
+             " fits (" + fixed(peak, 1) + " GiB: the fewest recomputed layers that do)" + selective_note;
+    }
+  }
+  std::int64_t best = 1;  // uniform groups: fewer kept inputs against a larger rebuilt group
+  double least = peak_with(RecomputeMethod::uniform, 1);
+  for (std::int64_t layers = 2; layers <= chunk_layers; ++layers) {
+    if (const double peak = peak_with(RecomputeMethod::uniform, layers); peak < least) {
+      least = peak;
+      best = layers;
+    }
+  }
+  return "even the least memory, --recompute-granularity full --recompute-method uniform --recompute-num-layers " +
+         std::to_string(best) + ", needs " + fixed(least, 1) +
+         " GiB: add TP or PP ranks, or shorten the sequence or microbatch" + selective_note;
 }
 
 LrMilestone milestone(const ScheduleConfig& schedule, std::string name, std::int64_t update,
@@ -397,10 +466,8 @@ Plan make_plan(const RunConfig& config, const PlanOptions& options) {
   if (plan.memory.peak_gib > options.gpu_memory_gib) {
     plan.warnings.push_back("memory: the peak stage needs " + fixed(plan.memory.peak_gib, 1) +
                             " GiB per GPU, over the --gpu-memory-gib budget of " +
-                            fixed(options.gpu_memory_gib, 1) +
-                            " GiB; consider --recompute-granularity full --recompute-method uniform "
-                            "--recompute-num-layers 1 (tandem's attention keeps no s x s scores, so "
-                            "selective saves nothing here), or more TP/PP");
+                            fixed(options.gpu_memory_gib, 1) + " GiB; " +
+                            recompute_advice(config, options, plan.parameters));
   }
   if (plan.pipeline_bubble_fraction > kBubbleWarningFraction) {
     plan.warnings.push_back("pipeline bubble " + fixed(100.0 * plan.pipeline_bubble_fraction, 1) +
@@ -450,6 +517,7 @@ void to_json(nlohmann::json& out, const Plan& plan) {
                       {"optimizer_state_gib", stage.optimizer_state_gib},
                       {"activations_in_flight", stage.activations_in_flight},
                       {"activations_gib", stage.activations_gib},
+                      {"working_gib", stage.working_gib},
                       {"total_gib", stage.total_gib},
                       {"dp_exchange", {{"buckets", stage.exchange.buckets},
                                        {"bucket_parameters", stage.exchange.bucket_parameters},
@@ -658,6 +726,7 @@ void print_plan(std::ostream& out, const Plan& plan) {
     row(stage.stage + " stage: activations",
         fixed(stage.activations_gib, 2) + " (" + fixed(stage.activations_in_flight, 2) +
             " microbatches in flight)");
+    row(stage.stage + " stage: working buffers", fixed(stage.working_gib, 2));
     row(stage.stage + " stage: total", fixed(stage.total_gib, 2));
   }
   row("peak vs budget", fixed(memory.peak_gib, 2) + " of " + fixed(memory.budget_gib, 2));

@@ -68,7 +68,9 @@ struct StageMemory {
   double activations_in_flight = 0.0;   // microbatches' activations held at once (1F1B; may carry
                                         // the interleaving factor, so not always whole)
   double activations_gib = 0.0;         // stored activations for backward, incl. recompute work
-  double total_gib = 0.0;               // sum of the four above
+  double working_gib = 0.0;             // the trainer's working buffers (slot inputs, one chunk of
+                                        // logits, one layer's backward scratch, ...: docs/PLANNER.md)
+  double total_gib = 0.0;               // sum of the five above
   GradientExchange exchange;            // not memory: the stage's DP traffic per update
 };
 

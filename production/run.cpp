@@ -135,7 +135,7 @@ std::optional<double> available_bytes(Device device, int device_index) {
 }
 
 // Refuses in milliseconds a run whose memory cannot fit (a 10^8-position sequence ran 12 s and
-// took 6.4 GiB before std::bad_alloc): the plan's model state and stored activations per rank
+// took 6.4 GiB before std::bad_alloc): the plan's model state, stored activations and working buffers per rank
 // (core/planner.hpp, which counts tandem's own trainer) are a lower bound of what the trainer
 // allocates; the rank's share of what is available must hold them.
 std::optional<ConfigIssue> memory_shortfall(const RunConfig& config, Device device, int device_index, int ranks_here) {
@@ -147,14 +147,17 @@ std::optional<ConfigIssue> memory_shortfall(const RunConfig& config, Device devi
   const double needed = plan.memory.peak_gib * kGib;
   const double share = *available / (device == Device::cpu ? std::max(ranks_here, 1) : 1);
   if (needed <= share) return std::nullopt;
-  const bool activations_dominate = stage.activations_gib >= stage.total_gib - stage.activations_gib;
+  // What grows with the sequence (stored activations and the working buffers) against the model state.
+  const double sequence_gib = stage.activations_gib + stage.working_gib;
+  const bool activations_dominate = sequence_gib >= stage.total_gib - sequence_gib;
   const auto gib = [](double value) {
     std::ostringstream text;
     text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
     return text.str();
   };
   const std::string numbers = "needs at least " + gib(needed / kGib) + " GiB a rank (" + gib(stage.activations_gib) +
-                              " GiB of stored activations, " + gib(stage.total_gib - stage.activations_gib) +
+                              " GiB of stored activations, " + gib(stage.working_gib) + " GiB of working buffers, " +
+                              gib(stage.total_gib - sequence_gib) +
                               " GiB of weights, gradients and optimizer state), and " +
                               (device == Device::cpu ? "this machine has " : "the device has ") + gib(share / kGib) +
                               " GiB available" +

@@ -429,5 +429,42 @@ TEST(Recompute, EachStageKeepsOnlyItsGroupsInputsAndRebuildsOneGroupAtATime) {
   });
 }
 
+
+TEST(Recompute, EachStagesMeasuredPeakIsThePlansWithinOnePercent) {
+  // issue 12 asks for 10%; measured 0.26-0.35% here (and 0.03-0.04% at d 256, s 256, 8 layers).
+  // The bytes each stage's backend holds at its peak (weights, main gradients, optimizer
+  // state, activations, working buffers: every Buffer counts itself) against the plan's stage
+  // total, with and without recomputation, fp32 and bf16. The plan's working buffers are the
+  // model's own buffers besides its stored activations, plus the trainer's per-position losses
+  // and pipeline send/receive buffers, exactly; what it leaves out (the data-parallel and TP
+  // exchange scratch, the norm's partial sums) is the difference.
+  for (const bool bf16 : {false, true}) {
+    for (const RecomputeGranularity granularity : {RecomputeGranularity::none, RecomputeGranularity::full}) {
+      RunConfig config = recomputing(pp_run(2), granularity, RecomputeMethod::uniform, 1);
+      config.model.num_layers = 8;
+      config.optimizer.bf16 = bf16;
+      const std::string what = std::string(bf16 ? "bf16" : "fp32") + ", recompute " + describe(config.recompute);
+      const Plan plan = make_plan(config, PlanOptions{});
+      Ranks ranks(config);
+      ranks.run();
+      const std::int64_t rows = config.batch.micro_batch_size * config.model.seq_length;
+      const std::int64_t stream_bytes = rows * config.model.hidden_size * (bf16 ? 2 : 4);
+      ranks.ranks.each([&](Trainer& trainer, int) {
+        const StageMemory& planned = plan.memory.stages.at(static_cast<std::size_t>(trainer.pipeline_stage()));
+        const double gib = 1024.0 * 1024.0 * 1024.0;
+        const std::int64_t working = trainer.model().allocated_bytes() - trainer.model().stored_activation_bytes() +
+                                     config.microbatches_per_replica() * rows * 4 + 4 * stream_bytes;
+        EXPECT_DOUBLE_EQ(planned.working_gib * gib, static_cast<double>(working)) << what << ", " << planned.stage;
+        const double measured = static_cast<double>(trainer.backend().peak_bytes_in_use());
+        // The plan leaves some scratch out: it is a lower bound, and a tight one.
+        EXPECT_GE(measured, planned.total_gib * gib) << what << ", " << planned.stage;
+        EXPECT_LE(measured / (planned.total_gib * gib), 1.01)
+            << what << ", " << planned.stage << " stage: measured " << measured << " bytes, planned "
+            << planned.total_gib * gib;
+      });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -220,6 +220,40 @@ TEST(SeedPlan, TokenBudgetRoundsToTheSameRunAndReportsTheShortfall) {
   EXPECT_EQ(samples_plan, tokens_plan);
 }
 
+// issue 12: "tandem plan on the seed says which recomputation setting fits 80 GiB per GPU". Without
+// recomputation the first stage does not fit; the plan names the block recomputation with the
+// fewest layers that fits, by its own count, and holds to it: that setting plans no memory
+// warning, one layer fewer does.
+TEST(SeedPlan, ThePlanNamesTheLeastRecomputationThatFitsEightyGib) {
+  const auto plan_with = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> arguments = plan_arguments(false);
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    const auto result = testing::run_tandem(arguments, "", "2>/dev/null");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return nlohmann::json::parse(result.output);
+  };
+  const auto memory_warning = [](const nlohmann::json& plan) -> std::string {
+    for (const auto& warning : plan.at("warnings")) {
+      if (warning.get<std::string>().rfind("memory", 0) == 0) return warning.get<std::string>();
+    }
+    return "";
+  };
+  const std::string advice = memory_warning(plan_with({}));
+  const std::string prefix = "--recompute-method block --recompute-num-layers ";
+  const auto at = advice.find(prefix);
+  ASSERT_NE(at, std::string::npos) << advice;
+  const int layers = std::stoi(advice.substr(at + prefix.size()));
+  ASSERT_GT(layers, 1) << advice;
+  const auto block = [](int n) {
+    return std::vector<std::string>{"--recompute-granularity", "full", "--recompute-method", "block",
+                                    "--recompute-num-layers", std::to_string(n)};
+  };
+  const nlohmann::json fits = plan_with(block(layers));
+  EXPECT_EQ(memory_warning(fits), "");
+  EXPECT_LE(fits.at("memory_per_gpu").at("peak_gib").get<double>(), 80.0);
+  EXPECT_NE(memory_warning(plan_with(block(layers - 1))), "");
+}
+
 TEST(SeedPlan, TableShowsTheSeedsFigures) {
   std::vector<std::string> arguments = plan_arguments(true);
   arguments.erase(arguments.begin() + 1);  // drop --json: the readable table
