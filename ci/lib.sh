@@ -5,7 +5,8 @@ TANDEM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TANDEM_PACKAGES=(cmake make g++ ccache pkg-config python3
   nlohmann-json3-dev libboost-dev librapidcheck-dev libgtest-dev libgmock-dev libcli11-dev
   libopenmpi-dev openmpi-bin gnuplot-nox
-  python3-venv python3-numpy python3-torch)  # tests/megatron: megatron-core 0.16.1 from PyPI needs them
+  python3-venv python3-numpy python3-torch  # tests/megatron: megatron-core 0.16.1 from PyPI needs them
+  slurm-wlm munge)  # tests/slurm: a private one-node Slurm cluster (srun --mpi=pmix, sbatch --requeue)
 
 tandem_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
