@@ -711,7 +711,8 @@ std::vector<PropertyEntry> make_properties() {
         Mutant::unsummed_sequence_parallel_gradients, Mutant::replicated_counted_per_rank,
         Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
         Mutant::row_parallel_not_summed, Mutant::tied_embedding_not_summed,
-        Mutant::tied_embedding_counted_twice}});
+        Mutant::tied_embedding_counted_twice, Mutant::stage_local_norm, Mutant::microbatches_out_of_order,
+        Mutant::last_stage_microbatch_loss}});
   entries.push_back(
       {"TrainingOutputsMatchTheReference",
        "the twin under test's training outputs alone (no sample inspection) equal the reference's",

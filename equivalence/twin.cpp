@@ -299,7 +299,10 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::row_parallel_summed_twice:
     case Mutant::row_parallel_not_summed:
     case Mutant::tied_embedding_not_summed:
-    case Mutant::tied_embedding_counted_twice: break;  // production-side
+    case Mutant::tied_embedding_counted_twice:
+    case Mutant::stage_local_norm:
+    case Mutant::microbatches_out_of_order:
+    case Mutant::last_stage_microbatch_loss: break;  // production-side
   }
   return m;
 }
@@ -321,7 +324,8 @@ std::vector<Mutant> all_mutants() {
           Mutant::unsummed_sequence_parallel_gradients, Mutant::replicated_counted_per_rank,
           Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
           Mutant::row_parallel_not_summed, Mutant::tied_embedding_not_summed,
-          Mutant::tied_embedding_counted_twice};
+          Mutant::tied_embedding_counted_twice, Mutant::stage_local_norm,
+          Mutant::microbatches_out_of_order, Mutant::last_stage_microbatch_loss};
 }
 
 std::string to_string(Mutant mutant) {
@@ -346,6 +350,9 @@ std::string to_string(Mutant mutant) {
     case Mutant::local_vocabulary_normalizer: return "local_vocabulary_normalizer";
     case Mutant::row_parallel_summed_twice: return "row_parallel_summed_twice";
     case Mutant::row_parallel_not_summed: return "row_parallel_not_summed";
+    case Mutant::stage_local_norm: return "stage_local_norm";
+    case Mutant::microbatches_out_of_order: return "microbatches_out_of_order";
+    case Mutant::last_stage_microbatch_loss: return "last_stage_microbatch_loss";
   }
   return "?";
 }
@@ -454,7 +461,9 @@ static bool is_tensor_parallel_side(Mutant mutant) {
 }
 
 static bool is_pipeline_parallel_side(Mutant mutant) {
-  return mutant == Mutant::tied_embedding_not_summed || mutant == Mutant::tied_embedding_counted_twice;
+  return mutant == Mutant::tied_embedding_not_summed || mutant == Mutant::tied_embedding_counted_twice ||
+         mutant == Mutant::stage_local_norm || mutant == Mutant::microbatches_out_of_order ||
+         mutant == Mutant::last_stage_microbatch_loss;
 }
 
 bool is_production_side(Mutant mutant) {
@@ -476,6 +485,9 @@ TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
     mutants.row_parallel_not_summed = mutant == Mutant::row_parallel_not_summed;
     mutants.tied_embedding_not_summed = mutant == Mutant::tied_embedding_not_summed;
     mutants.tied_embedding_counted_twice = mutant == Mutant::tied_embedding_counted_twice;
+    mutants.stage_local_norm = mutant == Mutant::stage_local_norm;
+    mutants.microbatches_out_of_order = mutant == Mutant::microbatches_out_of_order;
+    mutants.last_stage_microbatch_loss = mutant == Mutant::last_stage_microbatch_loss;
     TwinKind kind = production_twin(false);
     kind.name = "mutant-" + to_string(mutant);
     const bool tensor = is_tensor_parallel_side(mutant);

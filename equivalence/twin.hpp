@@ -99,6 +99,9 @@ enum class Mutant {
   // Pipeline-parallel bugs (production, PP 2 on threads, tied embeddings):
   tied_embedding_not_summed,    // each stage updates its embedding copy with its own gradient
   tied_embedding_counted_twice,  // both copies counted in the norm
+  stage_local_norm,             // each stage clips by (and reports) its own stage's norm
+  microbatches_out_of_order,    // the first stage feeds microbatch m + 1 where m is due
+  last_stage_microbatch_loss,   // the last stage normalizes each microbatch's loss by its own tokens
 };
 std::vector<Mutant> all_mutants();
 std::string to_string(Mutant mutant);  // "eps_inside_sqrt"

@@ -35,6 +35,14 @@ class TestHooks final : public StepHooks {
   }
   bool sums_tied_embedding_gradients() const override { return !mutants_.tied_embedding_not_summed; }
   bool counts_tied_embedding_once() const override { return !mutants_.tied_embedding_counted_twice; }
+  bool sums_norm_over_stages() const override { return !mutants_.stage_local_norm; }
+  std::int64_t sent_microbatch(std::int64_t microbatch, std::int64_t microbatches) const override {
+    return mutants_.microbatches_out_of_order ? (microbatch + 1) % microbatches : microbatch;
+  }
+  float last_stage_loss_scale(float scale, std::int64_t microbatch_loss_tokens) const override {
+    if (!mutants_.last_stage_microbatch_loss) return scale;
+    return microbatch_loss_tokens > 0 ? static_cast<float>(1.0 / static_cast<double>(microbatch_loss_tokens)) : 0.0f;
+  }
 
  private:
   FaultSchedule faults_;
@@ -50,7 +58,9 @@ std::shared_ptr<const StepHooks> make_test_hooks(const FaultSchedule& faults, co
                           !mutants.unsummed_sequence_parallel_gradients &&
                           !mutants.replicated_counted_per_rank && !mutants.local_vocabulary_normalizer &&
                           !mutants.row_parallel_summed_twice && !mutants.row_parallel_not_summed &&
-                          !mutants.tied_embedding_not_summed && !mutants.tied_embedding_counted_twice;
+                          !mutants.tied_embedding_not_summed && !mutants.tied_embedding_counted_twice &&
+                          !mutants.stage_local_norm && !mutants.microbatches_out_of_order &&
+                          !mutants.last_stage_microbatch_loss;
   if (no_faults && no_mutants) return nullptr;
   return std::make_shared<TestHooks>(faults, mutants);
 }

@@ -60,6 +60,16 @@ class StepHooks {
   virtual bool sums_tied_embedding_gradients() const { return true; }
   // whether the norm counts the tied embedding on the first stage only (else on both).
   virtual bool counts_tied_embedding_once() const { return true; }
+  // Pipeline parallelism (trainer.cpp):
+  // whether the norm sums every stage's squares (else each stage has its own norm);
+  virtual bool sums_norm_over_stages() const { return true; }
+  // the microbatch whose samples a stage that is not the last begins where the schedule says
+  // `microbatch` of `microbatches` (the identity: its activations reach the next stage in order);
+  virtual std::int64_t sent_microbatch(std::int64_t microbatch, std::int64_t /*microbatches*/) const {
+    return microbatch;
+  }
+  // the last stage's loss scale of a microbatch with `microbatch_loss_tokens`, given SPEC 5's.
+  virtual float last_stage_loss_scale(float scale, std::int64_t /*microbatch_loss_tokens*/) const { return scale; }
 };
 
 // Faults a test injects into a correct run (SPEC 8's skip conditions), as the reference's
@@ -89,6 +99,10 @@ struct ProductionMutants {
   // Pipeline-parallel bugs (PP > 1, tied embeddings):
   bool tied_embedding_not_summed = false;     // each stage updates its copy with its own gradient
   bool tied_embedding_counted_twice = false;  // both copies counted in the norm
+  // Pipeline-parallel bugs (PP > 1):
+  bool stage_local_norm = false;             // each stage clips by (and reports) its own stage's norm
+  bool microbatches_out_of_order = false;    // the first stages feed microbatch m + 1 where m is due
+  bool last_stage_microbatch_loss = false;   // the last stage scales a microbatch by 1 / its own loss tokens
 };
 
 // The hooks that inject `faults` and switch on `mutants`; null when both are empty.

@@ -66,6 +66,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The loss tokens of one microbatch's samples (SPEC 5).
+std::int64_t microbatch_loss_tokens(const std::vector<Sample>& samples) {
+  std::int64_t tokens = 0;
+  for (const Sample& sample : samples) tokens += sample.loss_tokens;
+  return tokens;
+}
+
 }  // namespace
 
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout) {
@@ -623,13 +630,12 @@ std::vector<float> Trainer::loss_scales(const GlobalBatch& batch) const {
   const std::int64_t denominator = hooks().loss_denominator(batch.loss_tokens, batch.rank_loss_tokens);  // StepHooks point
   std::vector<float> scales;
   for (const auto& samples : batch.microbatches) {
-    std::int64_t microbatch_loss_tokens = 0;
-    for (const Sample& sample : samples) microbatch_loss_tokens += sample.loss_tokens;
+    const std::int64_t tokens = microbatch_loss_tokens(samples);
     double loss_scale = 0.0;
     if (per_token && denominator > 0) {
       loss_scale = 1.0 / static_cast<double>(denominator);
-    } else if (!per_token && microbatch_loss_tokens > 0) {
-      loss_scale = 1.0 / (static_cast<double>(microbatch_loss_tokens) * replicas);
+    } else if (!per_token && tokens > 0) {
+      loss_scale = 1.0 / (static_cast<double>(tokens) * replicas);
     }
     scales.push_back(static_cast<float>(loss_scale));
   }
@@ -653,6 +659,7 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
   // passes (1F1B), which add each stage's microbatches in the same order. The weight gathers are
   // waited for in microbatch 0's forward, the buckets reduced in microbatch M-1's backward.
   const bool timed = options_.pipeline_timeline && split_.pipeline_size() > 1;
+  const bool last_stage = split_.pipeline_stage() + 1 == split_.pipeline_size();
   std::vector<TimedPass> timings;
   if (timed) {  // a common start: every stage leaves the barrier together
     backend_->synchronize();
@@ -665,10 +672,16 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
     (pass.forward ? hooks.gradients_done : hooks.before_weights) = nullptr;
     model_->set_hooks(std::move(hooks));
     if (pass.forward) {
-      if (pass.chunk == 0) model_->begin_microbatch(batch.microbatches[m], slot);
+      if (pass.chunk == 0) {
+        const std::size_t begun =
+            last_stage ? m : static_cast<std::size_t>(this->hooks().sent_microbatch(pass.microbatch, static_cast<std::int64_t>(microbatches)));  // StepHooks point
+        model_->begin_microbatch(batch.microbatches[begun], slot);
+      }
       model_->forward_chunk(compute_weights(), slot, pass.chunk);
     } else {
-      model_->backward_chunk(compute_weights(), slot, pass.chunk, scales[m], exchange_.main_grads().data(),
+      const float scale = last_stage ? this->hooks().last_stage_loss_scale(scales[m], microbatch_loss_tokens(batch.microbatches[m]))  // StepHooks point
+                                     : scales[m];
+      model_->backward_chunk(compute_weights(), slot, pass.chunk, scale, exchange_.main_grads().data(),
                              row_losses_.at(pass.microbatch * rows));
       const bool between_microbatches = pass.chunk == 0 && m + 1 < microbatches;
       if (between_microbatches && this->hooks().rounds_main_gradients_to_bf16_between_microbatches()) {
@@ -772,7 +785,7 @@ GradientNorm Trainer::gradient_norm(bool own_slices) {
     stage.sum_of_squares += all[static_cast<std::size_t>(2 * rank)];
     stage.own_sum_of_squares += all[static_cast<std::size_t>(2 * rank + 1)];
   }
-  if (split_.pipeline_size() == 1) return stage;
+  if (split_.pipeline_size() == 1 || !hooks().sums_norm_over_stages()) return stage;  // StepHooks point
   // The stages' sums in stage order (every TP rank of a stage holds the same).
   const double stage_sums[2] = {stage.sum_of_squares, stage.own_sum_of_squares};
   const std::vector<double> stages = all_gather_values(*pipeline_group_, stage_sums);  // [PP, 2]

@@ -266,6 +266,20 @@ TEST(PipelineParallel, TheHarnessCatchesATiedEmbeddingNotSummedOrCountedTwice) {
       << "a tied embedding counted twice in the norm was not caught";
 }
 
+TEST(PipelineParallel, TheHarnessCatchesAStageNormMicrobatchesOutOfOrderAndALastStageLocalLoss) {
+  // issue 12's negative controls, each a report that fails on a layout where the correct twin
+  // passes: a stage that clips by its own stage's norm (clipping on: pp_run's clip 0.5 is active),
+  // the first stage's activations reaching the next stage out of order (4 microbatches a replica),
+  // a last stage that normalizes each microbatch's loss by its own loss tokens.
+  RunConfig config = pp_run(2, 1, 1);
+  EXPECT_TRUE(compare_with_the_reference(config, 2).ok()) << "the correct twin must pass first";
+  for (const equivalence::Mutant mutant : {equivalence::Mutant::stage_local_norm, equivalence::Mutant::microbatches_out_of_order,
+                                           equivalence::Mutant::last_stage_microbatch_loss}) {
+    const equivalence::Report report = compare_with_the_reference(config, 2, equivalence::mutant_twin(mutant));
+    EXPECT_FALSE(report.ok()) << equivalence::to_string(mutant) << " was not caught";
+  }
+}
+
 std::filesystem::path scratch(const std::string& name) { return testing::scratch_directory("pp-" + name); }
 
 TEST(PipelineParallel, ResumeIsBitExactAndACheckpointIsReadAtOtherPipelineTensorAndDataSizes) {
