@@ -139,9 +139,12 @@ AdamwElementBound adamw_element_bound(const AdamwElementInput& in,
   const double a = m_hat / denominator;
   double da = dm_hat / denominator_low + m_hat * ds / (denominator * denominator_low) + 6 * u * a;
   if (std::isinf(s) && std::isfinite(m_hat)) da = 0;  // v = inf: the Adam term is exactly 0
-  // p = p - lr (a + wd p)
-  const double p_new = std::abs(in.param) + in.lr * (a + in.wd * std::abs(in.param));
-  const double dp = in.lr * da + 3 * u * in.lr * (a + in.wd * std::abs(in.param)) + u * p_new;
+  // p = p - lr (a + wd p), on magnitudes: the schedule keeps lr and wd >= 0, but a bound must
+  // stay one for any lr and wd it is handed (a negative lr once made this bound negative).
+  const double lr = std::abs(in.lr);
+  const double step_terms = a + std::abs(in.wd) * std::abs(in.param);
+  const double p_new = std::abs(in.param) + lr * step_terms;
+  const double dp = lr * da + 3 * u * lr * step_terms + u * p_new;
 
   // Underflow: each rounding may lose up to half the smallest subnormal (3 roundings for m, 4 for
   // v, and for p the step's 4 plus the Adam term's through lr).
@@ -149,7 +152,7 @@ AdamwElementBound adamw_element_bound(const AdamwElementInput& in,
   AdamwElementBound bound;
   bound.exp_avg = kSecondOrderMargin * (dm + 3 * eta);
   bound.exp_avg_sq = kSecondOrderMargin * (dv + 4 * eta);
-  bound.param = kSecondOrderMargin * (dp + 4 * eta + in.lr * 6 * eta / in.eps);
+  bound.param = kSecondOrderMargin * (dp + 4 * eta + lr * 6 * eta / in.eps);
   return bound;
 }
 
