@@ -222,7 +222,10 @@ UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisi
   UpdateBounds bounds;
   bounds.gradient.assign(reference.gradient.size(), worst_case);
   bounds.loss = loss_bound(shape, precisions, r.loss, config.model.padded_vocab_size);
-  bounds.norm = norm_bound(shape, precisions, worst_case, r.grad_norm);
+  std::vector<double> pre_clip(reference.gradient.size());  // [P]
+  for (std::size_t i = 0; i < pre_clip.size(); ++i) pre_clip[i] = reference.gradient[i] / clip_coeff;
+  bounds.norm = std::min(norm_bound(shape, precisions, worst_case, r.grad_norm),
+                         norm_bound_from_elements(shape, precisions, bounds.gradient, pre_clip, r.grad_norm));
   if (reference.batch.empty() || !per_element_bounds_apply(precisions)) return bounds;
   // Each element (and the loss) takes the smaller of two bounds: the per-element one is the
   // sharper at the top of the network, the worst case at depth (docs/EQUIVALENCE.md).
@@ -233,7 +236,7 @@ UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisi
   }
   bounds.loss = std::min(bounds.loss, sharp.loss);
   bounds.norm = std::min(bounds.norm,
-                         norm_bound_from_elements(shape, precisions, bounds.gradient, r.grad_norm));
+                         norm_bound_from_elements(shape, precisions, bounds.gradient, pre_clip, r.grad_norm));
   return bounds;
 }
 
