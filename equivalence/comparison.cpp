@@ -88,7 +88,7 @@ void Report::add(const Finding& given) {
       finding.where += (finding.where.empty() ? "" : " ") + std::string("[broken bound: ") +
                        std::to_string(finding.bound) + " is negative or NaN]";
     } else if (finding.bound > 0 && std::isfinite(finding.bound)) {
-      ratios_[finding.quantity].push_back(finding.error / finding.bound);
+      ratios_[finding.quantity].push_back(static_cast<float>(finding.error / finding.bound));
     }
   }
   if (!finding.ok) {
@@ -141,7 +141,7 @@ std::string Report::text(std::size_t max_lines) const {
 std::map<std::string, Sharpness> Report::sharpness() const {
   std::map<std::string, Sharpness> out;
   for (const auto& [quantity, given] : ratios_) {
-    std::vector<double> ratios = given;
+    std::vector<float> ratios = given;
     Sharpness s;
     s.compared = static_cast<std::int64_t>(ratios.size());
     const auto at = [&ratios](double fraction) {

@@ -71,7 +71,9 @@ class Report {
   std::string sharpness_text() const;
 
  private:
-  std::map<std::string, std::vector<double>> ratios_;  // quantity -> error / bound
+  // quantity -> error / bound, in float: one per compared element (a report of a large model holds
+  // several per parameter), three digits are shown.
+  std::map<std::string, std::vector<float>> ratios_;
   std::vector<Finding> findings_;
   std::map<std::pair<std::int64_t, std::string>, std::size_t> worst_;  // -> index in findings_
   std::vector<std::string> notes_;
