@@ -129,7 +129,8 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
             << precisions.under_test.name << " vs " << precisions.reference.name << "\n"
             << "comparisons: counters, lr, wd, step, flags and samples exact; loss, grad_norm, "
                "clip_coeff, gradient, params, exp_avg, exp_avg_sq within the derived bounds of "
-               "equivalence/tolerance.hpp (worst element per quantity shown)\n";
+               "equivalence/tolerance.hpp (worst element per quantity shown, then each quantity's "
+               "sharpness: error / bound, docs/EQUIVALENCE.md)\n";
   // Users paste their training arguments: say what of them the check leaves out.
   if (config.evaluation.evaluates()) {
     out << "not compared: the validation loss (--eval-iters " << config.evaluation.eval_iters
@@ -170,7 +171,7 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
     }
     out << "-- update " << update << ": " << (report.ok() ? "ok" : "FAILED")
               << " (reference = truth, under test = fast twin)\n"
-              << report.text(state.lines_per_update);
+              << report.text(state.lines_per_update) << report.sharpness_text();
     ok = ok && report.ok();
   }
   out << "verdict: " << (ok ? "the twins agree within every bound" : "the twins DISAGREE")

@@ -77,7 +77,20 @@ void compare_counters(std::int64_t update, const std::string& prefix, const Coun
 
 }  // namespace
 
-void Report::add(const Finding& finding) {
+void Report::add(const Finding& given) {
+  Finding finding = given;
+  const bool finite_values = std::isfinite(finding.reference) && std::isfinite(finding.under_test);
+  if (finding.comparison == Comparison::approximate && finite_values) {
+    if (!(finding.bound >= 0)) {
+      // A bound is never negative: a negative or NaN one means its derivation went wrong (issue
+      // 15 saw one), and an equal pair must not hide that.
+      finding.ok = false;
+      finding.where += (finding.where.empty() ? "" : " ") + std::string("[broken bound: ") +
+                       std::to_string(finding.bound) + " is negative or NaN]";
+    } else if (finding.bound > 0 && std::isfinite(finding.bound)) {
+      ratios_[finding.quantity].push_back(static_cast<float>(finding.error / finding.bound));
+    }
+  }
   if (!finding.ok) {
     ++failures_;
     // Every failure is kept (up to a cap), beside the worst finding of its quantity.
@@ -122,6 +135,40 @@ std::string Report::text(std::size_t max_lines) const {
     os << "\n";
   }
   if (failures_ > 0) os << failures_ << " comparison(s) failed\n";
+  return os.str();
+}
+
+std::map<std::string, Sharpness> Report::sharpness() const {
+  std::map<std::string, Sharpness> out;
+  for (const auto& [quantity, given] : ratios_) {
+    std::vector<float> ratios = given;
+    Sharpness s;
+    s.compared = static_cast<std::int64_t>(ratios.size());
+    const auto at = [&ratios](double fraction) {
+      const auto k = static_cast<std::size_t>(fraction * static_cast<double>(ratios.size() - 1));
+      std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(k), ratios.end());
+      return ratios[k];
+    };
+    s.max = *std::max_element(ratios.begin(), ratios.end());
+    s.p90 = at(0.9);
+    s.median = at(0.5);
+    out.emplace(quantity, s);
+  }
+  return out;
+}
+
+std::string Report::sharpness_text() const {
+  std::ostringstream os;
+  os << std::setprecision(3);
+  for (const auto& [quantity, s] : sharpness()) {
+    os << "sharpness (error / bound) " << quantity << ": ";
+    if (s.compared == 1) {
+      os << s.max << "\n";
+      continue;
+    }
+    os << "median " << s.median << ", p90 " << s.p90 << ", max " << s.max << " over " << s.compared
+       << " values with a bound > 0\n";
+  }
   return os.str();
 }
 
@@ -175,7 +222,10 @@ UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisi
   UpdateBounds bounds;
   bounds.gradient.assign(reference.gradient.size(), worst_case);
   bounds.loss = loss_bound(shape, precisions, r.loss, config.model.padded_vocab_size);
-  bounds.norm = norm_bound(shape, precisions, worst_case, r.grad_norm);
+  std::vector<double> pre_clip(reference.gradient.size());  // [P]
+  for (std::size_t i = 0; i < pre_clip.size(); ++i) pre_clip[i] = reference.gradient[i] / clip_coeff;
+  bounds.norm = std::min(norm_bound(shape, precisions, worst_case, r.grad_norm),
+                         norm_bound_from_elements(shape, precisions, bounds.gradient, pre_clip, r.grad_norm));
   if (reference.batch.empty() || !per_element_bounds_apply(precisions)) return bounds;
   // Each element (and the loss) takes the smaller of two bounds: the per-element one is the
   // sharper at the top of the network, the worst case at depth (docs/EQUIVALENCE.md).
@@ -186,7 +236,7 @@ UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisi
   }
   bounds.loss = std::min(bounds.loss, sharp.loss);
   bounds.norm = std::min(bounds.norm,
-                         norm_bound_from_elements(shape, precisions, bounds.gradient, r.grad_norm));
+                         norm_bound_from_elements(shape, precisions, bounds.gradient, pre_clip, r.grad_norm));
   return bounds;
 }
 

@@ -7,7 +7,12 @@
 //                bounds of tolerance.hpp, sharpened per element by error_bounds.hpp where it
 //                applies (update_bounds). NaN/Inf and sign classes are compared first.
 // The report prints, per update and quantity, both values, the error, the bound and the error as
-// a share of the bound (STYLE: the exit status is the verdict, the report the diagnosis).
+// a share of the bound (STYLE: the exit status is the verdict, the report the diagnosis), and per
+// approximate quantity the sharpness of its bound (the error over the bound, its median and
+// maximum over every compared element): a bound far above every error it sees accepts wrong
+// values as readily as right ones (issue 15 item 2), so its looseness is shown, not hidden.
+// A bound that is negative or NaN where both values are finite is a broken derivation: that
+// finding fails, whatever the error.
 #pragma once
 
 #include <cstdint>
@@ -36,18 +41,39 @@ struct Finding {
   bool ok = true;
 };
 
+// How sharp the bound of one approximate quantity was: error / bound over its findings whose
+// values are finite and whose bound is > 0 (elements whose bound is 0 must agree exactly and say
+// nothing about sharpness). For a scalar (loss, grad_norm) each statistic is its one ratio per
+// update.
+struct Sharpness {
+  std::int64_t compared = 0;  // findings counted
+  double median = 0;
+  double p90 = 0;             // 90th percentile
+  double max = 0;
+};
+
 // Findings of a comparison: every failing one (up to a cap) and the worst of each quantity.
 class Report {
  public:
-  void add(const Finding& finding);  // keeps failures and the worst per (update, quantity)
+  // Keeps failures and the worst per (update, quantity); counts each approximate finding's
+  // error / bound into its quantity's sharpness. Fails a finding whose bound is negative or NaN.
+  void add(const Finding& finding);
   bool ok() const { return failures_ == 0; }
   std::int64_t failures() const { return failures_; }
   const std::vector<Finding>& findings() const { return findings_; }
   // One line per finding: update, quantity, where, reference, under test, error, bound, % of bound.
   std::string text(std::size_t max_lines = 40) const;
   void note(const std::string& line) { notes_.push_back(line); }
+  // Per approximate quantity ("gradient", "grad_norm", ...), over every update added.
+  std::map<std::string, Sharpness> sharpness() const;
+  // One line per quantity: "sharpness (error / bound) gradient: median ..., p90 ..., max ... over
+  // N elements".
+  std::string sharpness_text() const;
 
  private:
+  // quantity -> error / bound, in float: one per compared element (a report of a large model holds
+  // several per parameter), three digits are shown.
+  std::map<std::string, std::vector<float>> ratios_;
   std::vector<Finding> findings_;
   std::map<std::pair<std::int64_t, std::string>, std::size_t> worst_;  // -> index in findings_
   std::vector<std::string> notes_;

@@ -5,8 +5,11 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
 #include <limits>
+#include <map>
 #include <ostream>
+#include <sstream>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -28,8 +31,30 @@ namespace fs = std::filesystem;
 // The soak's case count (ctest -L soak).
 constexpr int kSoakCases = 10000;
 
-// Asserts the report's verdict, agreed over ranks, with the report as the diagnosis.
-void assert_report(const Report& report) {
+// The sharpness of the bounds over the cases of the check_property run in progress
+// (check_property moves it into its outcome).
+std::map<std::string, SharpnessTally>& running_tally() {
+  static std::map<std::string, SharpnessTally> tally;
+  return tally;
+}
+
+// Adds a passing case's sharpness per quantity, keyed by the precisions compared ("gradient
+// fp32/fp64"), for the properties that name them (the update comparisons); a failing case's
+// ratio is above 1 and its report says so.
+void tally_sharpness(const Report& report, const PrecisionPair* precisions) {
+  if (!report.ok() || precisions == nullptr) return;
+  const std::string pair = " " + precisions->under_test.name + "/" + precisions->reference.name;
+  for (const auto& [quantity, sharpness] : report.sharpness()) {
+    SharpnessTally& tally = running_tally()[quantity + pair];
+    tally.case_medians.push_back(sharpness.median);
+    tally.case_maxima.push_back(sharpness.max);
+  }
+}
+
+// Asserts the report's verdict, agreed over ranks, with the report as the diagnosis; tallies its
+// sharpness (under the precisions compared, when given).
+void assert_report(const Report& report, const PrecisionPair* precisions = nullptr) {
+  tally_sharpness(report, precisions);
   const bool holds = agree_on_verdict(report.ok());
   if (!holds) RC_LOG() << report.text();
   RC_ASSERT(holds);
@@ -208,7 +233,7 @@ void updates_match(const TwinKind& kind, bool compare_consumed_samples) {
   move_to_position(*under_test, starting_samples(c), reference_config.batch.global_batch_size);
   run_teacher_forced(*reference, *under_test, c.updates, reference_config, precisions, report, {},
                      compare_consumed_samples);
-  assert_report(report);
+  assert_report(report, &precisions);
 }
 
 void updates_match_the_reference(const TwinKind& kind) { updates_match(kind, true); }
@@ -796,6 +821,34 @@ const PropertyEntry& property(const std::string& name) {
   throw std::out_of_range("no equivalence property named " + name);
 }
 
+double SharpnessTally::median_of_case_medians() const {
+  std::vector<double> medians = case_medians;
+  if (medians.empty()) return 0;
+  const auto middle = medians.begin() + static_cast<std::ptrdiff_t>(medians.size() / 2);
+  std::nth_element(medians.begin(), middle, medians.end());
+  return *middle;
+}
+
+double SharpnessTally::max_of_case_maxima() const {
+  return case_maxima.empty() ? 0 : *std::max_element(case_maxima.begin(), case_maxima.end());
+}
+
+std::string sharpness_summary(const std::map<std::string, SharpnessTally>& tally) {
+  if (tally.empty()) return "";
+  std::ostringstream os;
+  os << std::setprecision(3)
+     << "sharpness of the bounds (error / bound; per case the median over its values with a bound "
+        "> 0, and the maximum):\n";
+  for (const auto& [quantity, t] : tally) {
+    const auto cases = t.case_medians.size();
+    os << "  " << quantity << ": median of the case medians " << t.median_of_case_medians()
+       << ", min " << *std::min_element(t.case_medians.begin(), t.case_medians.end())
+       << "; largest case maximum " << t.max_of_case_maxima() << " (" << cases
+       << (cases == 1 ? " case" : " cases") << ")\n";
+  }
+  return os.str();
+}
+
 int case_count(const PropertyEntry& property, bool soak) {
   return soak ? kSoakCases : property.default_cases;
 }
@@ -818,6 +871,7 @@ CheckOutcome check_property(const PropertyEntry& property, const TwinKind& twin,
       << "  seed " << params.seed << ", " << params.maxSuccess << " cases; rerun these cases with "
       << "RC_PARAMS=\"seed=" << params.seed << " max_success=" << params.maxSuccess << "\"\n";
 
+  running_tally().clear();
   const auto body = [&property, &twin] { property.body(twin); };
   QuietListener quiet;
   const rc::detail::TestResult result =
@@ -838,7 +892,9 @@ CheckOutcome check_property(const PropertyEntry& property, const TwinKind& twin,
     outcome.message += "\n(seed " + std::to_string(params.seed) + "; RapidCheck prints the " +
                        "RC_PARAMS=\"reproduce=...\" string for this failure when the program exits)";
   }
-  log << outcome.message << "\n";
+  outcome.sharpness = std::move(running_tally());
+  running_tally().clear();
+  log << outcome.message << "\n" << sharpness_summary(outcome.sharpness);
   return outcome;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,16 +43,29 @@ struct CheckOptions {
   bool quiet_listener = false;         // negative controls: no reproduce line at exit
 };
 
+// The sharpness of one quantity's bound over the passing cases of a run (issue 15 item 2), from
+// each case's Report::sharpness() (comparison.hpp): the UpdatesMatch properties tally it per
+// quantity and precision pair ("gradient fp32/fp64").
+struct SharpnessTally {
+  std::vector<double> case_medians;  // per case: median of error / bound over its values
+  std::vector<double> case_maxima;   // per case: the largest error / bound
+  double median_of_case_medians() const;  // 0 with no case
+  double max_of_case_maxima() const;      // 0 with no case
+};
+// One line per quantity: the median and minimum of the case medians, the largest maximum.
+std::string sharpness_summary(const std::map<std::string, SharpnessTally>& tally);
+
 struct CheckOutcome {
   bool holds = false;          // the property held for every case
   bool failed = false;         // a counterexample was found (GaveUp/Error are neither)
   std::uint64_t seed = 0;
   int cases_run = 0;
   std::string message;         // RapidCheck's result message (counterexample, shrunk case)
+  std::map<std::string, SharpnessTally> sharpness;  // quantity + precision pair -> tally
 };
 
 // Runs `property` against `twin` and prints a header (sentence, twin, class, tolerance, seed,
-// case count, how to reproduce) and RapidCheck's result to `log`.
+// case count, how to reproduce), RapidCheck's result and the sharpness summary to `log`.
 CheckOutcome check_property(const PropertyEntry& property, const TwinKind& twin,
                             const CheckOptions& options, std::ostream& log);
 

@@ -25,6 +25,11 @@ double sum_of_gammas(std::int64_t terms, const PrecisionPair& p) {
   return gamma(terms, p.under_test.unit_roundoff) + gamma(terms, p.reference.unit_roundoff);
 }
 
+// Each side's rounding of its own norm: P squares summed and a root, in its norm arithmetic.
+double norm_rounding(std::int64_t elements, const PrecisionPair& p) {
+  return gamma(elements + 1, p.under_test.norm_roundoff) + gamma(elements + 1, p.reference.norm_roundoff);
+}
+
 // The bf16 compute-store term: one rounding of u_compute per store along the path, for whichever
 // side has compute stores coarser than its accumulation.
 double compute_store_factor(const ReductionShape& shape, const PrecisionPair& p) {
@@ -54,11 +59,18 @@ std::string to_string(Comparison comparison) {
   return "?";
 }
 
-Precision fp64() { return {"fp64", std::ldexp(1.0, -53), std::ldexp(1.0, -53), std::ldexp(1.0, -1075)}; }
+Precision fp64() {
+  return {"fp64", std::ldexp(1.0, -53), std::ldexp(1.0, -53), std::ldexp(1.0, -1075), std::ldexp(1.0, -53)};
+}
 // cpp_bin_float_50's exponent range is far wider than double's: no underflow in range.
-Precision float50() { return {"float50", std::ldexp(1.0, -166), std::ldexp(1.0, -166), 0.0}; }
-Precision fp32() { return {"fp32", std::ldexp(1.0, -24), std::ldexp(1.0, -24), std::ldexp(1.0, -150)}; }
-Precision bf16() { return {"bf16", std::ldexp(1.0, -24), std::ldexp(1.0, -8), std::ldexp(1.0, -150)}; }
+Precision float50() { return {"float50", std::ldexp(1.0, -166), std::ldexp(1.0, -166), 0.0, std::ldexp(1.0, -166)}; }
+// fp32 and bf16 are production's: its norm adds exact squares in double (norm_roundoff).
+Precision fp32() {
+  return {"fp32", std::ldexp(1.0, -24), std::ldexp(1.0, -24), std::ldexp(1.0, -150), std::ldexp(1.0, -53)};
+}
+Precision bf16() {
+  return {"bf16", std::ldexp(1.0, -24), std::ldexp(1.0, -8), std::ldexp(1.0, -150), std::ldexp(1.0, -53)};
+}
 
 double gamma(std::int64_t terms, double unit_roundoff) {
   const double nu = static_cast<double>(terms) * unit_roundoff;
@@ -88,14 +100,32 @@ double gradient_bound(const ReductionShape& shape, const PrecisionPair& precisio
 double norm_bound(const ReductionShape& shape, const PrecisionPair& precisions,
                   double gradient_element_bound, double norm) {
   return std::sqrt(static_cast<double>(shape.elements)) * gradient_element_bound +
-         sum_of_gammas(shape.elements + 1, precisions) * norm;
+         norm_rounding(shape.elements, precisions) * norm;
 }
 
 double norm_bound_from_elements(const ReductionShape& shape, const PrecisionPair& precisions,
-                                const std::vector<double>& element_bounds, double norm) {
-  double sum_of_squares = 0;
-  for (const double bound : element_bounds) sum_of_squares += bound * bound;
-  return std::sqrt(sum_of_squares) + sum_of_gammas(shape.elements + 1, precisions) * norm;
+                                const std::vector<double>& element_bounds,
+                                const std::vector<double>& gradient, double norm) {
+  double error_squares = 0;  // ||e||^2
+  double across = 0;         // sum |a_i| e_i
+  double value_squares = 0;  // ||a||^2
+  for (std::size_t i = 0; i < element_bounds.size(); ++i) {
+    const double e = element_bounds[i];
+    const double a = i < gradient.size() ? std::abs(gradient[i]) : 0.0;
+    error_squares += e * e;
+    across += a * e;
+    value_squares += a * a;
+  }
+  const double error_norm = std::sqrt(error_squares);
+  double difference = error_norm;
+  // ||a|| from these double sums errs by far less than 1e-9 relative (P < 1e6 terms at 2^-53):
+  // taken 1e-9 smaller, the quotient stays an upper bound.
+  const double value_norm = std::sqrt(value_squares) * (1 - 1e-9);
+  if (value_norm > 0) {
+    const double denominator = value_norm + std::max(0.0, value_norm - error_norm);
+    difference = std::min(difference, (2 * across + error_squares) / denominator * (1 + 1e-9));
+  }
+  return difference + norm_rounding(shape.elements, precisions) * norm;
 }
 
 double loss_bound(const ReductionShape& shape, const PrecisionPair& precisions, double loss,
@@ -139,9 +169,12 @@ AdamwElementBound adamw_element_bound(const AdamwElementInput& in,
   const double a = m_hat / denominator;
   double da = dm_hat / denominator_low + m_hat * ds / (denominator * denominator_low) + 6 * u * a;
   if (std::isinf(s) && std::isfinite(m_hat)) da = 0;  // v = inf: the Adam term is exactly 0
-  // p = p - lr (a + wd p)
-  const double p_new = std::abs(in.param) + in.lr * (a + in.wd * std::abs(in.param));
-  const double dp = in.lr * da + 3 * u * in.lr * (a + in.wd * std::abs(in.param)) + u * p_new;
+  // p = p - lr (a + wd p), on magnitudes: the schedule keeps lr and wd >= 0, but a bound must
+  // stay one for any lr and wd it is handed (a negative lr once made this bound negative).
+  const double lr = std::abs(in.lr);
+  const double step_terms = a + std::abs(in.wd) * std::abs(in.param);
+  const double p_new = std::abs(in.param) + lr * step_terms;
+  const double dp = lr * da + 3 * u * lr * step_terms + u * p_new;
 
   // Underflow: each rounding may lose up to half the smallest subnormal (3 roundings for m, 4 for
   // v, and for p the step's 4 plus the Adam term's through lr).
@@ -149,7 +182,7 @@ AdamwElementBound adamw_element_bound(const AdamwElementInput& in,
   AdamwElementBound bound;
   bound.exp_avg = kSecondOrderMargin * (dm + 3 * eta);
   bound.exp_avg_sq = kSecondOrderMargin * (dv + 4 * eta);
-  bound.param = kSecondOrderMargin * (dp + 4 * eta + in.lr * 6 * eta / in.eps);
+  bound.param = kSecondOrderMargin * (dp + 4 * eta + lr * 6 * eta / in.eps);
   return bound;
 }
 

@@ -34,6 +34,10 @@ struct Precision {
   // Absolute error of one rounding that underflows (half the smallest subnormal): the relative
   // bound u|x| does not hold below the normal range.
   double underflow = 0;
+  // u of the global norm's sum of squares and root (SPEC 6): production adds the squares of its
+  // fp32 main gradients in double, each square exact (production/kernels/optimizer_host.cpp and
+  // optimizer.cu), so its fp32 and bf16 twins round that sum as fp64 does.
+  double norm_roundoff = 0;
 };
 Precision fp64();     // u = 2^-53
 Precision float50();  // u = 2^-166 (cpp_bin_float_50's significand)
@@ -72,14 +76,21 @@ double gradient_bound(const ReductionShape& shape, const PrecisionPair& precisio
                       double max_abs_gradient);
 
 // Global norm: |norm(a) - norm(b)| <= ||a - b||_2 <= sqrt(P) x gradient bound, plus each side's
-// rounding of its own sum of P squares and the root: (gamma_{P+1}(u_test) + gamma_{P+1}(u_ref)) x norm.
+// rounding of its own sum of P squares and the root, in its norm arithmetic:
+// (gamma_{P+1}(u_norm,test) + gamma_{P+1}(u_norm,ref)) x norm.
 double norm_bound(const ReductionShape& shape, const PrecisionPair& precisions,
                   double gradient_element_bound, double norm);
 
-// Global norm from per-element bounds e_i (equivalence/error_bounds.hpp): |norm(a) - norm(b)| <=
-// ||a - b||_2 <= sqrt(sum e_i^2), plus each side's rounding of its own norm as in norm_bound.
+// Global norm from per-element bounds e_i (equivalence/error_bounds.hpp) around the reference's
+// gradient a (before clipping), b = a + d with |d_i| <= e_i: the smaller of
+//   ||a - b||_2 <= sqrt(sum e_i^2)                       (the triangle inequality), and
+//   |(||b||^2 - ||a||^2)| / (||a|| + ||b||) <= (2 sum |a_i| e_i + sum e_i^2) / (||a|| + max(0, ||a|| - ||e||))
+// (||b||^2 = ||a||^2 + 2 a.d + ||d||^2): an error that lies across the gradient moves its norm at
+// second order only, and the bounds are largest where the gradient is smallest (the deep layers'
+// elements); plus each side's rounding of its own norm as in norm_bound.
 double norm_bound_from_elements(const ReductionShape& shape, const PrecisionPair& precisions,
-                                const std::vector<double>& element_bounds, double norm);
+                                const std::vector<double>& element_bounds,
+                                const std::vector<double>& gradient, double norm);
 
 // Loss: the mean of per-position CE = lse(z) - z_label over the global batch. Each CE is a
 // difference of terms of magnitude at most (loss + ln V_padded) to first order, reached through

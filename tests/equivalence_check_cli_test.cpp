@@ -31,6 +31,11 @@ TEST(CheckCommand, ProductionAgreesWithTheReferenceAndTheReportNamesTwinsValuesE
   EXPECT_NE(result.output.find("-- update 2: ok"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("update 2 params"), std::string::npos);
   EXPECT_NE(result.output.find("% of the bound"), std::string::npos);
+  // Each bounded quantity's sharpness (issue 15 item 2), so a loose bound is visible.
+  for (const char* quantity : {"gradient", "grad_norm", "loss", "params", "exp_avg", "exp_avg_sq"}) {
+    EXPECT_NE(result.output.find(std::string("sharpness (error / bound) ") + quantity + ": "),
+              std::string::npos) << quantity << "\n" << result.output;
+  }
   EXPECT_NE(result.output.find("verdict: the twins agree"), std::string::npos);
 }
 

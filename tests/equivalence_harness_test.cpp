@@ -171,6 +171,91 @@ TEST(Comparison, AFailedFindingShowsItsErrorAsAShareOfTheBound) {
   EXPECT_NE(report.text().find("(150% of the bound)"), std::string::npos) << report.text();
 }
 
+// A bound is never negative (issue 15 saw a negative AdamW bound): one that is negative or NaN
+// fails its finding loudly, even where both values agree exactly, and names itself.
+TEST(Comparison, ANegativeOrNanBoundFailsItsFindingEvenWithNoError) {
+  for (const double broken : {-1e-9, std::numeric_limits<double>::quiet_NaN()}) {
+    Report report;
+    Finding equal;
+    equal.quantity = "params";
+    equal.comparison = Comparison::approximate;
+    equal.reference = 0.5;
+    equal.under_test = 0.5;
+    equal.bound = broken;
+    report.add(equal);
+    EXPECT_FALSE(report.ok()) << broken;
+    EXPECT_NE(report.text().find("broken bound"), std::string::npos) << report.text();
+  }
+  // A NaN bound beside non-finite values is no bound at all: those are compared by class.
+  Report skipped;
+  Finding nan_norm;
+  nan_norm.quantity = "grad_norm";
+  nan_norm.comparison = Comparison::approximate;
+  nan_norm.reference = std::numeric_limits<double>::quiet_NaN();
+  nan_norm.under_test = nan_norm.reference;
+  nan_norm.bound = nan_norm.reference;
+  skipped.add(nan_norm);
+  EXPECT_TRUE(skipped.ok()) << skipped.text();
+}
+
+// The AdamW bound is one for any lr and wd it is handed: the error of p - lr (a + wd p) depends
+// on their magnitudes only, so a sign flip leaves it unchanged (it came out negative before).
+TEST(Tolerance, AnAdamwElementBoundIsTheSameForANegatedLrAndWd) {
+  AdamwElementInput in;
+  in.param = 0.5;
+  in.exp_avg = 1.0 / 16;
+  in.exp_avg_sq = 1.0 / 64;
+  in.grad = 0.375;
+  in.grad_error = 1.0 / 1024;
+  in.lr = 1.0 / 128;
+  in.wd = 0.125;
+  in.beta1 = 0.75;
+  in.beta2 = 0.875;
+  in.eps = 1e-8;
+  in.step = 3;
+  const AdamwElementBound positive = adamw_element_bound(in, {fp32(), fp64()});
+  in.lr = -in.lr;
+  in.wd = -in.wd;
+  const AdamwElementBound negated = adamw_element_bound(in, {fp32(), fp64()});
+  EXPECT_GT(positive.param, 0.0);
+  EXPECT_EQ(negated.param, positive.param);
+  EXPECT_EQ(negated.exp_avg, positive.exp_avg);
+  EXPECT_EQ(negated.exp_avg_sq, positive.exp_avg_sq);
+}
+
+// The sharpness of a quantity's bound: error / bound over its findings with a bound > 0 (a zero
+// bound, an exact element, says nothing about it), median, 90th percentile and maximum.
+TEST(Comparison, SharpnessIsTheErrorOverTheBoundOfEveryFindingWithABound) {
+  Report report;
+  Finding f;
+  f.quantity = "gradient";
+  f.comparison = Comparison::approximate;
+  f.bound = 8;
+  for (int k = 0; k <= 10; ++k) {  // ratios 0, 1/16, ..., 10/16
+    f.error = k / 2.0;
+    report.add(f);
+  }
+  f.bound = 0;  // an exact element: left out
+  f.error = 0;
+  report.add(f);
+  Finding loss;
+  loss.quantity = "loss";
+  loss.comparison = Comparison::approximate;
+  loss.error = 1;
+  loss.bound = 4;
+  report.add(loss);
+  const auto sharpness = report.sharpness();
+  ASSERT_EQ(sharpness.size(), 2u);
+  const Sharpness& g = sharpness.at("gradient");
+  EXPECT_EQ(g.compared, 11);
+  EXPECT_EQ(g.median, 5.0 / 16);
+  EXPECT_EQ(g.p90, 9.0 / 16);
+  EXPECT_EQ(g.max, 10.0 / 16);
+  EXPECT_EQ(sharpness.at("loss").max, 1.0 / 4);
+  EXPECT_NE(report.sharpness_text().find("sharpness (error / bound) loss: 0.25"), std::string::npos)
+      << report.sharpness_text();
+}
+
 TEST(Verdict, AgreementIsTheIdentityWithOneProcess) {
   EXPECT_TRUE(agree_on_verdict(true));
   EXPECT_FALSE(agree_on_verdict(false));

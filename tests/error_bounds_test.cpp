@@ -74,7 +74,16 @@ struct OneUpdate {
   UpdateObservation under_test;
 };
 
-OneUpdate one_update(const TwinKind& truth, const TwinKind& fast) {
+// The documents of the fixed case: lengths around the sequence length, so samples hold several
+// documents and some span two.
+DocumentLayout fixed_documents() {
+  DocumentLayout documents;
+  documents.lengths = {5, 40, 17, 9, 3, 60, 1, 25, 30, 12};
+  return documents;
+}
+
+OneUpdate one_update(const TwinKind& truth, const TwinKind& fast, std::uint64_t seed = 1234,
+                     const DocumentLayout& documents = fixed_documents()) {
   OneUpdate run;
   RunConfig& config = run.config;
   config.model.num_layers = 2;
@@ -88,8 +97,7 @@ OneUpdate one_update(const TwinKind& truth, const TwinKind& fast) {
   config.schedule.train_samples = 4;
   config.schedule.lr_decay_samples = 4;
   config.optimizer.clip_grad = 0.0;
-  DocumentLayout documents;
-  documents.lengths = {5, 40, 17, 9, 3, 60, 1, 25, 30, 12};
+  config.data.seed = seed;
   TwinSetup setup;
   setup.config = config;
   setup.samples = shipped_samples(config, documents);
@@ -199,6 +207,51 @@ TEST(ErrorBounds, TheDoubleReferenceIsInsideItsFloat50PerElementBoundsWhichCatch
   EXPECT_TRUE(sharp.ok()) << sharp.text();
   expect_only_the_per_element_bound_catches(run, precisions, 1e-11);
   expect_a_sharper_norm_bound(run, precisions, 2);
+}
+
+// Issue 15 item 2: how sharp the bounds are on ordinary fp32 cases, guarded so that a loosening
+// shows. Production fp32 against the double reference on kSharpnessCases fixed cases (the model
+// above; seeds and token streams 1..N), each case's sharpness (comparison.hpp: error / bound over
+// the elements whose bound is > 0) and its median over the cases. Each floor is the median
+// measured when it was set (docs/EQUIVALENCE.md "Sharpness", the numbers this test prints)
+// divided by kSharpnessSafety, so run-to-run differences of the host's summation (none today:
+// the cases are fixed and the host trainer deterministic) and small changes to the model's code
+// pass, while a bound loosened by more than that factor fails.
+constexpr int kSharpnessCases = 8;
+constexpr double kSharpnessSafety = 4.0;
+// Measured (median over the cases): gradient 1.42e-5, grad_norm 2.73e-6, loss 4.47e-5.
+constexpr double kGradientMedianFloor = 1.42e-5 / kSharpnessSafety;
+constexpr double kNormFloor = 2.73e-6 / kSharpnessSafety;
+constexpr double kLossFloor = 4.47e-5 / kSharpnessSafety;
+
+double median(std::vector<double> values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
+TEST(ErrorBounds, OnOrdinaryFp32CasesTheErrorsReachAStatedShareOfTheirBounds) {
+  const PrecisionPair precisions{fp32(), fp64()};
+  std::vector<double> gradient_medians, norms, losses;
+  for (int k = 1; k <= kSharpnessCases; ++k) {
+    DocumentLayout documents = fixed_documents();
+    documents.token_seed = static_cast<std::uint64_t>(k);
+    const OneUpdate run =
+        one_update(reference_twin(), production_twin(false), static_cast<std::uint64_t>(k), documents);
+    const Report report = compare(run, precisions, true);
+    ASSERT_TRUE(report.ok()) << report.text();
+    const auto sharpness = report.sharpness();
+    gradient_medians.push_back(sharpness.at("gradient").median);
+    norms.push_back(sharpness.at("grad_norm").max);
+    losses.push_back(sharpness.at("loss").max);
+    std::cout << "case " << k << ":\n" << report.sharpness_text();
+  }
+  std::cout << "median over " << kSharpnessCases << " cases: gradient (case medians) "
+            << median(gradient_medians) << ", grad_norm " << median(norms) << ", loss "
+            << median(losses) << "\n";
+  EXPECT_GE(median(gradient_medians), kGradientMedianFloor);
+  EXPECT_GE(median(norms), kNormFloor);
+  EXPECT_GE(median(losses), kLossFloor);
 }
 
 }  // namespace
