@@ -239,7 +239,7 @@ TEST(Planner, RecomputeMethodsCountTheirGroupsPerModelChunk) {
       make_plan(recomputing(config, RecomputeGranularity::full, RecomputeMethod::uniform, 1), PlanOptions{})
           .memory.activation_bytes_per_layer;
   auto first_stage_bytes = [&](const RunConfig& run) {
-    const StageMemory& first = make_plan(run, PlanOptions{}).memory.stages.front();
+    const StageMemory first = make_plan(run, PlanOptions{}).memory.stages.front();  // a copy: the plan is a temporary
     return first.activations_gib * 1024.0 * 1024.0 * 1024.0;  // GiB = 2^30 bytes
   };
   // The first of two stages: 4 layers, min(PP, M) = 2 microbatches in flight.
