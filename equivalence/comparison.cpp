@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iomanip>
 #include <limits>
 #include <map>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "equivalence/error_bounds.hpp"
 #include "equivalence/float_generator.hpp"
+#include "reference/record_audit.hpp"
 
 namespace tandem::equivalence {
 namespace {
@@ -349,12 +353,63 @@ std::vector<Sample> update_batch(const Twin& twin, const TwinState& before, cons
   return batch;
 }
 
+namespace {
+
+// What each twin's records prove about themselves, checked exactly as `tandem audit` checks a log
+// (reference/record_audit.hpp, issue 15 item 3): the skip and clip decisions, clip_coeff bit for
+// bit, lr and wd from the schedule at the record's counters, step, the token sums, and the
+// counters from one record to the next. A failed check fails the report, whatever the bounds say.
+class RecordChecks {
+ public:
+  RecordChecks(const RunConfig& config, const Precision& precision, std::string whose) : whose_(std::move(whose)) {
+    // The engine names the audit's arithmetic: production's clip and schedule are double (as the
+    // double reference's); the 50-digit reference has its own.
+    const bool reference = precision.name == "fp64" || precision.name == "float50";
+    const nlohmann::json header = {
+        {"type", "header"},
+        {"engine", reference ? "reference" : "production"},
+        {"main_precision", precision.name == "fp64" ? "double" : precision.name},
+        {"config", config},
+        // A twin may start anywhere (a schedule position, a loaded state): its first record
+        // starts the counters' comparison, as after a resume whose record the log lacks.
+        {"resumed_from_iteration", -1}};
+    auditor_.header(header, 0);
+  }
+
+  void check(std::int64_t update, const IterationRecord& record, Report& report) {
+    const std::size_t known = auditor_.findings().size();
+    auditor_.iteration(nlohmann::json(record), update);
+    for (std::size_t i = known; i < auditor_.findings().size(); ++i) {
+      const reference::RecordFinding& found = auditor_.findings()[i];
+      Finding f;
+      f.update = update;
+      f.quantity = "record of the " + whose_ + ": " + found.field + " logged " + found.logged + ", the rule gives " +
+                   found.expected + " (" + found.rule + ")";
+      f.where = "iteration " + std::to_string(found.iteration);
+      f.comparison = Comparison::exact;
+      f.reference = std::strtod(found.expected.c_str(), nullptr);
+      f.under_test = std::strtod(found.logged.c_str(), nullptr);
+      f.error = kInfinity;
+      f.ok = false;
+      report.add(f);
+    }
+  }
+
+ private:
+  std::string whose_;
+  reference::RecordAuditor auditor_;
+};
+
+}  // namespace
+
 void run_teacher_forced(Twin& reference, Twin& under_test, std::int64_t updates,
                         const RunConfig& config, const PrecisionPair& precisions, Report& report,
                         const std::function<void(std::int64_t, const UpdateObservation&,
                                                  const UpdateObservation&)>& on_update,
                         bool compare_consumed_samples) {
   const ModelLayout layout = make_model_layout(config.model);
+  RecordChecks reference_records(config, precisions.reference, "reference");
+  RecordChecks test_records(config, precisions.under_test, "twin under test");
   for (std::int64_t update = 1; update <= updates; ++update) {
     UpdateObservation ref;
     UpdateObservation test;
@@ -369,6 +424,8 @@ void run_teacher_forced(Twin& reference, Twin& under_test, std::int64_t updates,
     test.after = under_test.state();
     test.gradient = under_test.last_gradient();
     compare_update(update, config, layout, precisions, ref, test, report);
+    reference_records.check(update, ref.record, report);
+    test_records.check(update, test.record, report);
     const std::int64_t first = test.before.counters.consumed_samples;
     const std::int64_t last = compare_consumed_samples ? first + config.batch.global_batch_size : first;
     for (std::int64_t index = first; index < last; ++index) {

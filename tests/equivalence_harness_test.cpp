@@ -4,7 +4,9 @@
 // Filter with --gtest_filter=Equivalence.<Property>__<twin> or NegativeControl.<mutant>__*;
 // RC_PARAMS sets seed, case counts, or replays a failure.
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <memory>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include "equivalence/generators.hpp"
 #include "equivalence/gtest_registration.hpp"
 #include "equivalence/tolerance.hpp"
+#include "equivalence/twin.hpp"
 #include "equivalence/verdict.hpp"
 
 namespace tandem::equivalence {
@@ -56,6 +59,16 @@ RC_GTEST_PROP(BoundaryGenerators, ASingleLossTokenCaseHasOneLossTokenInEveryGlob
     RC_ASSERT(after == (before > 0 ? 1 : 0));
     if (batch == 0) RC_CLASSIFY(after == 1, "the first global batch has its one loss token");
   }
+}
+
+// The update cases draw Adam only where its step is bounded (beta1^2 < beta2, or the sign step
+// of beta1 = 0): beta2 = 0 beside beta1 0.9 took an fp32 twin out of fp32's range (generators.cpp).
+RC_GTEST_PROP(BoundaryGenerators, AdamIsDrawnOnlyWhereItsStepIsBounded, ()) {
+  const UpdateCase c = *update_case();
+  const double beta1 = c.config.optimizer.adam_beta1;
+  const double beta2 = c.config.optimizer.adam_beta2;
+  RC_ASSERT(beta1 == 0.0 || beta1 * beta1 < beta2);
+  RC_CLASSIFY(beta2 == 0.0, "beta2 0");
 }
 
 // ---- our IEEE generator ----
@@ -156,6 +169,65 @@ TEST(Comparison, AReportFailsOnAValueOutsideItsBoundAndOnAClassMismatch) {
   report.add(outside);
   EXPECT_FALSE(report.ok());
   EXPECT_NE(report.text().find("FAIL"), std::string::npos);
+}
+
+// A twin whose records misreport by one ulp what they prove about themselves (clip_coeff, not the
+// clip / (norm + 1e-6) of its own norm) passes every bound, and fails the report: each twin's
+// records go through tandem audit's exact checks (issue 15 item 3).
+class MisreportingTwin final : public Twin {
+ public:
+  explicit MisreportingTwin(std::unique_ptr<Twin> twin) : twin_(std::move(twin)) {}
+  std::string description() const override { return "misreporting " + twin_->description(); }
+  Precision precision() const override { return twin_->precision(); }
+  IterationRecord run_iteration() override {
+    IterationRecord record = twin_->run_iteration();
+    if (record.clipped) record.clip_coeff = std::nextafter(record.clip_coeff, 0.0);
+    return record;
+  }
+  TwinState state() const override { return twin_->state(); }
+  void load_state(const TwinState& state) override { twin_->load_state(state); }
+  std::vector<double> last_gradient() const override { return twin_->last_gradient(); }
+  Sample consumed_sample(std::int64_t index) const override { return twin_->consumed_sample(index); }
+  void save_checkpoint(const std::filesystem::path& directory) const override { twin_->save_checkpoint(directory); }
+  void resume_from(const std::filesystem::path& directory) override { twin_->resume_from(directory); }
+
+ private:
+  std::unique_ptr<Twin> twin_;
+};
+
+TEST(Comparison, ARecordThatMisreportsItsClipCoefficientByOneUlpFailsTheReport) {
+  RunConfig config;
+  config.model.num_layers = 1;
+  config.model.hidden_size = 8;
+  config.model.num_attention_heads = 2;
+  config.model.num_query_groups = 2;
+  config.model.ffn_hidden_size = 8;
+  config.model.vocab_size = kByteVocabularySize;
+  config.model.padded_vocab_size = kByteVocabularySize;
+  config.model.seq_length = 8;
+  config.batch.micro_batch_size = 1;
+  config.batch.global_batch_size = 2;
+  config.schedule.lr = 1e-2;
+  config.schedule.train_samples = 16;
+  config.schedule.lr_decay_samples = 16;
+  config.optimizer.clip_grad = 1e-3;  // far below the norm: every update clipped
+  DocumentLayout documents;
+  documents.lengths = {5, 9, 3, 12, 7};
+  const auto samples = shipped_samples(config, documents);
+  for (const bool misreporting : {false, true}) {
+    TwinSetup setup;
+    setup.config = config;
+    setup.samples = samples;
+    auto reference = reference_twin().make(setup);
+    std::unique_ptr<Twin> under_test = reference_twin().make(setup);
+    if (misreporting) under_test = std::make_unique<MisreportingTwin>(std::move(under_test));
+    Report report;
+    run_teacher_forced(*reference, *under_test, 2, config, {fp64(), fp64()}, report);
+    EXPECT_EQ(report.ok(), !misreporting) << report.text();
+    if (misreporting) {
+      EXPECT_NE(report.text().find("record of the twin under test: clip_coeff"), std::string::npos) << report.text();
+    }
+  }
 }
 
 // A failed finding shows its error as a share of its bound (it printed "inf%" before).

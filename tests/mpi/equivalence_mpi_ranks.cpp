@@ -3,6 +3,7 @@
 // same cases (agree_on_seed), runs the reference itself and its own production rank, and agrees
 // on each verdict before asserting (agree_on_verdict), so a failure shrinks on all ranks
 // together. Started without mpirun it has nothing to run and says so.
+#include <cstdlib>
 #include <iostream>
 
 #include <gtest/gtest.h>
@@ -14,8 +15,10 @@ int main(int argc, char** argv) {
   tandem::production::MpiSession session;  // MPI when mpirun started this process
   ::testing::InitGoogleTest(&argc, argv);
   if (session.world_size() > 1) {
+    // The soak's entries (tests/CMakeLists.txt) set TANDEM_EQUIVALENCE_SOAK: a new seed each run.
+    const bool soak = std::getenv("TANDEM_EQUIVALENCE_SOAK") != nullptr;
     tandem::equivalence::register_equivalence_properties(
-        "EquivalenceMpi", false,
+        "EquivalenceMpi", soak,
         {tandem::equivalence::production_twin(false, tandem::equivalence::RankTransport::mpi)});
   } else {
     tandem::equivalence::register_check("EquivalenceMpi", "NeedsMpirun", [] {
