@@ -19,6 +19,15 @@
 
 namespace tandem {
 
+// The cross-entropy computes a microbatch's fp32 logits a chunk of rows at a time, 256 MiB by
+// default (512 rows at a 128k vocabulary; the whole microbatch for small vocabularies): the
+// production model allocates it and the planner counts it, from this one rule.
+inline constexpr std::int64_t kLogitsChunkBytes = std::int64_t{256} << 20;
+inline std::int64_t default_logits_chunk_rows(std::int64_t rows, std::int64_t vocab_per_rank) {
+  const std::int64_t fitting = kLogitsChunkBytes / (vocab_per_rank * 4);
+  return fitting < 1 ? 1 : (fitting < rows ? fitting : rows);
+}
+
 // SPEC 7: no weight decay for names ending in ".bias" or 1-D tensors; everything else decays.
 enum class DecayGroup { decay, no_decay };
 

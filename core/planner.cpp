@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model_layout.hpp"
 #include "core/pipeline_layout.hpp"
+#include "core/pipeline_schedule.hpp"
 #include "core/schedule.hpp"
 
 namespace tandem {
@@ -148,8 +150,7 @@ double working_bytes(const RunConfig& config, double in_flight) {
   const double kv = static_cast<double>(model.kv_width()) / std::min(t, static_cast<double>(model.num_query_groups));
   const double ffn = static_cast<double>(model.ffn_hidden_size) / t;
   const std::int64_t vocab = model.padded_vocab_size / tp;
-  const double chunk = static_cast<double>(std::min<std::int64_t>(
-      static_cast<std::int64_t>(rows), std::max<std::int64_t>(1, (std::int64_t{256} << 20) / (vocab * 4))));
+  const double chunk = static_cast<double>(default_logits_chunk_rows(static_cast<std::int64_t>(rows), vocab));
   double bytes = in_flight * (rows * (4 * kFp32Bytes + 1) + rows * hd * kFp32Bytes);   // slot inputs
   bytes += 3 * stream * d * e + stream * kFp32Bytes;                                  // stream, branch, final norm
   bytes += chunk * static_cast<double>(vocab) * (kFp32Bytes + (config.optimizer.bf16 ? e : 0.0));  // logits
@@ -198,18 +199,21 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
   memory.megatron_activation_bytes_per_layer = megatron_activation_bytes_per_layer(config, recompute.granularity);
   const double whole_layer_bytes = activation_bytes_per_layer(config, RecomputeGranularity::none);
   const double layer_input_bytes = activation_bytes_per_layer(config, RecomputeGranularity::full);
-  // What one microbatch keeps through a stage's model chunks (a recomputed group its input, every
-  // other layer everything), and the layers a full recompute rebuilds at once in backward: that
-  // working set exists once, on top of the stored inputs (production/model.hpp).
-  auto stored_per_microbatch = [&](std::int64_t stage) {
-    double bytes = 0.0;
+  // What one chunk slot keeps (production/model.hpp: one microbatch's pass through the stage's
+  // largest model chunk; a recomputed group its input, every other layer everything), and the
+  // layers a full recompute rebuilds at once in backward: that working set exists once, on top of
+  // the stored inputs.
+  auto stored_per_chunk_slot = [&](std::int64_t stage) {
+    std::int64_t largest_chunk = 0;
     for (std::int64_t chunk = 0; chunk < v; ++chunk) {
-      for (std::int64_t local = 0; local < stages.layers(stage, chunk).size(); ++local) {
-        if (!recompute.recomputes(local)) {
-          bytes += whole_layer_bytes;
-        } else if (recompute.group_begin(local) == local) {
-          bytes += layer_input_bytes;
-        }
+      largest_chunk = std::max(largest_chunk, stages.layers(stage, chunk).size());
+    }
+    double bytes = 0.0;
+    for (std::int64_t local = 0; local < largest_chunk; ++local) {
+      if (!recompute.recomputes(local)) {
+        bytes += whole_layer_bytes;
+      } else if (recompute.group_begin(local) == local) {
+        bytes += layer_input_bytes;
       }
     }
     return bytes;
@@ -230,13 +234,37 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
   const double optimizer_shards =
       parallel.use_distributed_optimizer ? static_cast<double>(parallel.data_parallel) : 1.0;
 
-  // 1F1B: the first stage holds min(p, m) microbatches; interleaving multiplies that by
-  // Korthikanti's (1 + (p - 1) / (p v)).
-  const double interleave_factor =
-      v > 1 ? 1.0 + static_cast<double>(pp - 1) / static_cast<double>(pp * v) : 1.0;
-  const double first_in_flight =
-      static_cast<double>(std::min(pp, microbatches)) * interleave_factor;
-  const double last_in_flight = v > 1 ? first_in_flight : 1.0;
+  // What a stage's schedule holds at once, counted on the schedule the trainer runs
+  // (core/pipeline_schedule.hpp): (microbatch, chunk) pairs, whose layers' activations fill the
+  // chunk slots (1F1B: min(p, m) on the first stage, one on the last; interleaved: Megatron's
+  // warmup + 1, Korthikanti's p v (1 + (p - 1) / (p v)) on the first stage when m allows), and the
+  // microbatches among them, whose inputs fill the activation slots. A layout whose interleaving
+  // Megatron refuses (reported apart) is counted by Korthikanti's formula.
+  struct InFlight {
+    double chunk_slots = 1.0;
+    double microbatches = 1.0;
+  };
+  auto in_flight = [&](std::int64_t stage) {
+    InFlight held;
+    if (v > 1 && !interleaved_schedule_problem(pp, microbatches).empty()) {
+      held.chunk_slots = static_cast<double>(std::min(pp, microbatches)) *
+                         (static_cast<double>(v) + static_cast<double>(pp - 1) / static_cast<double>(pp));
+      if (stage == pp - 1) held.chunk_slots = static_cast<double>((v - 1) * pp + 1);
+      held.microbatches = std::min(static_cast<double>(microbatches), held.chunk_slots);
+      return held;
+    }
+    // Past 4 p microbatches (a multiple of p, as Megatron's rule keeps them) the steady state only
+    // repeats: the counts are those of 4 p (PipelineSchedule test), and a seed-sized batch is
+    // not written out.
+    const std::int64_t counted = std::min(microbatches, 4 * pp);
+    const std::vector<PipelinePass> passes =
+        pp == 1  ? one_microbatch_at_a_time(1, counted)
+        : v == 1 ? one_forward_one_backward(pp, stage, counted)
+                 : interleaved_one_forward_one_backward(pp, stage, v, counted);
+    held.chunk_slots = static_cast<double>(chunk_activation_slots(passes).count);
+    held.microbatches = static_cast<double>(microbatches_in_flight(passes));
+    return held;
+  };
 
   auto stage_memory = [&](const std::string& name, bool first, bool last) {
     const std::int64_t layers_per_stage = stages.layers_on(first ? 0 : pp - 1);
@@ -251,12 +279,13 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
     stage.weights_gib = parameters * weight_bytes / kBytesPerGib;
     stage.main_grads_gib = parameters * kFp32Bytes / kBytesPerGib;
     stage.optimizer_state_gib = parameters * optimizer_bytes / optimizer_shards / kBytesPerGib;
-    stage.activations_in_flight = first ? first_in_flight : last_in_flight;
     const std::int64_t stage_index = first ? 0 : pp - 1;
-    double activation_bytes = stage.activations_in_flight * stored_per_microbatch(stage_index);
+    const InFlight held = in_flight(stage_index);
+    stage.activations_in_flight = held.chunk_slots / static_cast<double>(v);
+    double activation_bytes = held.chunk_slots * stored_per_chunk_slot(stage_index);
     activation_bytes += recompute_working_bytes(stage_index);
     stage.activations_gib = activation_bytes / kBytesPerGib;
-    stage.working_gib = working_bytes(config, stage.activations_in_flight) / kBytesPerGib;
+    stage.working_gib = working_bytes(config, held.microbatches) / kBytesPerGib;
     stage.total_gib = stage.weights_gib + stage.main_grads_gib + stage.optimizer_state_gib +
                       stage.activations_gib + stage.working_gib;
     stage.exchange = gradient_exchange(parallel, stage.parameters_per_gpu, weight_bytes);

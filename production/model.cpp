@@ -38,7 +38,7 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
   require(pipeline_ == nullptr || (stage_ >= 0 && stage_ < pipeline_->pipeline_size() &&
                                    pipeline_->split().num_layers == config.num_layers),
           "the pipeline stage is not one of the stages' (stage or layers)");
-  require(options.activation_slots >= 1, "at least one activation slot");
+  require(options.activation_slots >= 1 && options.chunk_slots >= 1, "at least one activation and one chunk slot");
   heads_ = split ? split->heads() : config.num_attention_heads;
   groups_ = split ? split->groups() : config.num_query_groups;
   ffn_ = split ? split->ffn() : config.ffn_hidden_size;
@@ -58,8 +58,8 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
   const std::int64_t stream = stream_rows_;
   epsilon_ = static_cast<float>(config.norm_epsilon);
   attention_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim())));  // SPEC 4
-  const std::int64_t fitting = std::max<std::int64_t>(1, kLogitsChunkBytes / (vocab * 4));
-  chunk_rows_ = std::min(rows_, options.logits_chunk_rows > 0 ? options.logits_chunk_rows : fitting);
+  chunk_rows_ = options.logits_chunk_rows > 0 ? std::min(rows_, options.logits_chunk_rows)
+                                              : default_logits_chunk_rows(rows_, vocab);
 
   // Counts what the model allocates (allocated_bytes()).
   auto compute_buffer = [&](std::int64_t size) {
@@ -79,7 +79,6 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
     slot.attention_start = buffer(rows_, std::int32_t{});
     slot.rope_cosines = buffer(rows_ * half, float{});
     slot.rope_sines = buffer(rows_ * half, float{});
-    slot.blocks.resize(static_cast<std::size_t>(config.num_layers));
   }
   auto whole_block = [&](BlockActivations& block) {
     block.block_input = compute_buffer(stream * d);
@@ -97,24 +96,27 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
     block.up = compute_buffer(rows_ * ffn);
     block.hidden = compute_buffer(rows_ * ffn);
   };
-  // Per slot, this stage's layers: everything, or (full recompute) only a group's input on its
-  // first layer; the scratch for the largest group.
+  // Per chunk slot, the largest chunk's layers: everything, or (full recompute) only a group's
+  // input on its first layer; the scratch for the largest group.
   recompute_ = options.recompute;
   require(recompute_.granularity != RecomputeGranularity::full || recompute_.num_layers >= 1,
           "full recomputation needs at least one layer per group (--recompute-num-layers)");
   std::int64_t largest_group = 0;
+  std::int64_t largest_chunk = 0;
   for (std::int64_t chunk = 0; chunk < chunks(); ++chunk) {
     const LayerRange layers = chunk_layers(chunk);
     largest_group = std::max(largest_group, recompute_.largest_group(layers.size()));
-    for (std::int64_t layer = layers.begin; layer < layers.end; ++layer) {
-      const std::int64_t local = layer - layers.begin;
-      for (ActivationSlot& slot : slots_) {
-        BlockActivations& block = slot.blocks[static_cast<std::size_t>(layer)];
-        if (!recompute_.recomputes(local)) {
-          whole_block(block);
-        } else if (recompute_.group_begin(local) == local) {
-          block.block_input = compute_buffer(stream * d);
-        }
+    largest_chunk = std::max(largest_chunk, layers.size());
+  }
+  chunk_slots_.resize(static_cast<std::size_t>(options.chunk_slots));
+  for (ChunkSlot& slot : chunk_slots_) {
+    slot.blocks.resize(static_cast<std::size_t>(largest_chunk));
+    for (std::int64_t local = 0; local < largest_chunk; ++local) {
+      BlockActivations& block = slot.blocks[static_cast<std::size_t>(local)];
+      if (!recompute_.recomputes(local)) {
+        whole_block(block);
+      } else if (recompute_.group_begin(local) == local) {
+        block.block_input = compute_buffer(stream * d);
       }
     }
   }
@@ -170,7 +172,7 @@ std::int64_t block_bytes(const BlockActivations& block) {
 std::int64_t DecoderModel::activation_bytes_per_layer() const {
   // A whole block: a stored layer's, or the recompute scratch's (every layer recomputed).
   auto whole = [](const BlockActivations& block) { return block.query.size() > 0; };
-  const std::vector<BlockActivations>& blocks = slots_.front().blocks;
+  const std::vector<BlockActivations>& blocks = chunk_slots_.front().blocks;
   if (const auto held = std::find_if(blocks.begin(), blocks.end(), whole); held != blocks.end()) {
     return block_bytes(*held);
   }
@@ -179,7 +181,7 @@ std::int64_t DecoderModel::activation_bytes_per_layer() const {
 
 std::int64_t DecoderModel::stored_activation_bytes() const {
   std::int64_t bytes = 0;
-  for (const ActivationSlot& slot : slots_) {
+  for (const ChunkSlot& slot : chunk_slots_) {
     for (const BlockActivations& block : slot.blocks) bytes += block_bytes(block);
   }
   for (const BlockActivations& block : recomputed_) bytes += block_bytes(block);
@@ -200,6 +202,17 @@ void DecoderModel::use_slot(std::int64_t slot) {
   require(slot >= 0 && slot < activation_slots(),
           "activation slot " + std::to_string(slot) + " of " + std::to_string(activation_slots()));
   slot_ = slot;
+}
+
+void DecoderModel::use_chunk_slot(std::int64_t chunk_slot) {
+  require(chunk_slot >= 0 && chunk_slot < chunk_slots(),
+          "chunk slot " + std::to_string(chunk_slot) + " of " + std::to_string(chunk_slots()));
+  chunk_slot_ = chunk_slot;
+}
+
+BlockActivations& DecoderModel::stored(std::int64_t chunk, std::size_t layer) {
+  const auto local = static_cast<std::size_t>(static_cast<std::int64_t>(layer) - chunk_layers(chunk).begin);
+  return chunk_slots_[static_cast<std::size_t>(chunk_slot_)].blocks[local];
 }
 
 void DecoderModel::begin_microbatch(const std::vector<Sample>& samples, std::int64_t slot) {
@@ -388,7 +401,7 @@ bool DecoderModel::recomputed(std::int64_t chunk, std::size_t layer) const {
 }
 
 BlockActivations& DecoderModel::activations_of(std::int64_t chunk, std::size_t layer) {
-  if (!recomputed(chunk, layer)) return current().blocks[layer];
+  if (!recomputed(chunk, layer)) return stored(chunk, layer);
   const std::int64_t local = static_cast<std::int64_t>(layer) - chunk_layers(chunk).begin;
   return recomputed_[static_cast<std::size_t>(local - recompute_.group_begin(local))];
 }
@@ -398,14 +411,15 @@ void DecoderModel::recompute_group(const void* weights, std::int64_t chunk, std:
   const std::int64_t local = static_cast<std::int64_t>(layer) - begin;
   const auto first = static_cast<std::size_t>(begin + recompute_.group_begin(local));
   // stream_ is free in backward: the final norm's backward has read it, the trainer has sent it.
-  backend_.copy(stream_.data(), current().blocks[first].block_input.data(), stream_bytes());
+  backend_.copy(stream_.data(), stored(chunk, first).block_input.data(), stream_bytes());
   for (std::size_t rerun = first; rerun <= layer; ++rerun) {
     layer_forward(weights, rerun, activations_of(chunk, rerun), false);
   }
 }
 
-void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk) {
+void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk, std::int64_t chunk_slot) {
   use_slot(slot);
+  use_chunk_slot(chunk_slot);
   if (starts_model(chunk)) {
     before_weights(embedding_span());
     embed(weights);
@@ -414,7 +428,7 @@ void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::in
   for (auto layer = static_cast<std::size_t>(layers.begin); layer < static_cast<std::size_t>(layers.end); ++layer) {
     const std::int64_t local = static_cast<std::int64_t>(layer) - layers.begin;
     if (recomputed(chunk, layer) && recompute_.group_begin(local) == local) {  // the group's input, kept
-      backend_.copy(current().blocks[layer].block_input.data(), stream_.data(), stream_bytes());
+      backend_.copy(stored(chunk, layer).block_input.data(), stream_.data(), stream_bytes());
     }
     layer_forward(weights, layer, activations_of(chunk, layer), true);
   }
@@ -540,9 +554,10 @@ void DecoderModel::chunk_loss(const void* weights, std::int64_t slot, float* row
   loss_and_output_backward(weights, 0.0f, nullptr, row_losses);
 }
 
-void DecoderModel::backward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk, float loss_scale,
-                                  float* main_grads, float* row_losses) {
+void DecoderModel::backward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk, std::int64_t chunk_slot,
+                                  float loss_scale, float* main_grads, float* row_losses) {
   use_slot(slot);
+  use_chunk_slot(chunk_slot);
   const std::int64_t d = config_.hidden_size;
   const std::int64_t hd = config_.head_dim();
   const std::int64_t heads = heads_;

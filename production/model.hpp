@@ -18,7 +18,7 @@
 //
 // Pipeline parallelism (DecoderOptions::pipeline): this rank runs the layers of its stage's model
 // chunks (core/pipeline_layout.hpp), one chunk of one microbatch at a time, in the order the
-// trainer's schedule gives (production/pipeline_schedule.hpp). A chunk that does not start the
+// trainer's schedule gives (core/pipeline_schedule.hpp). A chunk that does not start the
 // model reads the residual stream the trainer received into stream(), and one that does not end
 // it leaves its output there to send; the backward reads and leaves the stream's gradient in
 // stream_grad() the same way (with sequence parallelism each TP rank's part). Each microbatch in
@@ -62,8 +62,8 @@ struct BlockActivations {
 
 struct DecoderOptions {
   std::int64_t micro_batch_size = 1;  // samples per microbatch
-  // Rows of fp32 logits alive at once in the fused cross-entropy; 0 = as many as fit
-  // kLogitsChunkBytes (the full microbatch for small vocabularies).
+  // Rows of fp32 logits alive at once in the fused cross-entropy; 0 = as many as fit in
+  // kLogitsChunkBytes (default_logits_chunk_rows, core/model_layout.hpp).
   std::int64_t logits_chunk_rows = 0;
   DType compute = DType::f32;
   // Tensor parallelism: this rank's split and its TP group's exchanges (both null: TP = 1; both
@@ -71,11 +71,14 @@ struct DecoderOptions {
   const TensorParallelLayout* tensor_parallel = nullptr;
   TensorParallelComm* tensor_parallel_comm = nullptr;
   bool sequence_parallel = false;
-  // Pipeline parallelism: the stages (null: PP = 1; must outlive the model) and this rank's stage,
-  // and how many microbatches' activations the schedule keeps at once (activation slots).
+  // Pipeline parallelism: the stages (null: PP = 1; must outlive the model) and this rank's stage;
+  // how many microbatches the schedule keeps in flight at once (activation slots: their inputs),
+  // and how many (microbatch, model chunk) pairs (chunk slots: a chunk's layers' activations;
+  // core/pipeline_schedule.hpp chunk_activation_slots). With one chunk a rank the two are equal.
   const PipelineStages* pipeline = nullptr;
   std::int64_t pipeline_stage = 0;
   std::int64_t activation_slots = 1;
+  std::int64_t chunk_slots = 1;
   // Megatron's full recomputation (core/config.hpp RecomputeConfig): a recomputed group of layers
   // keeps only its input in the slot; its backward first reruns the group's forward into scratch
   // activations (recomputed_), bit for bit the first forward's. Selective stores what none does.
@@ -95,9 +98,6 @@ struct ModelHooks {
   std::function<void(std::int64_t begin, std::int64_t end)> gradients_done;
 };
 
-// 256 MiB of fp32 logits per chunk by default: 512 rows at a 128k vocabulary.
-inline constexpr std::int64_t kLogitsChunkBytes = std::int64_t{256} << 20;
-
 class DecoderModel {
  public:
   DecoderModel(const ModelConfig& config, const ModelLayout& layout, Backend& backend,
@@ -107,7 +107,8 @@ class DecoderModel {
   // with one stage: begin, forward, backward per microbatch): the inputs of `samples` into
   // activation slot `slot` (a malformed sample throws std::invalid_argument, as the reference);
   // one model chunk's forward of that slot's microbatch (the input in stream() unless the chunk
-  // starts the model; the output left in stream()); the loss alone (evaluation, through the
+  // starts the model; the output left in stream()), keeping its layers' activations in chunk slot
+  // `chunk_slot` until the same chunk's backward; the loss alone (evaluation, through the
   // loss-only cross-entropy: the same row losses bit for bit, no gradient touched; the chunk that
   // ends the model, right after its forward); and one chunk's backward, which adds
   // d(loss_scale x masked CE sum)/d(weights) into main_grads [N] (with the loss and row_losses
@@ -115,16 +116,17 @@ class DecoderModel {
   // gradient left in stream_grad() unless it starts the model). compute_weights is the flat
   // compute-typed weight buffer [N].
   void begin_microbatch(const std::vector<Sample>& samples, std::int64_t slot);
-  void forward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk);
+  void forward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk, std::int64_t chunk_slot);
   void chunk_loss(const void* compute_weights, std::int64_t slot, float* row_losses);
-  void backward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk, float loss_scale,
-                      float* main_grads, float* row_losses);
+  void backward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk, std::int64_t chunk_slot,
+                      float loss_scale, float* main_grads, float* row_losses);
   // This rank's part of the residual stream and of its gradient, [stream rows, d] each: what
   // pipeline stages send and receive (stream_bytes() bytes).
   void* stream() { return stream_.data(); }
   void* stream_grad() { return stream_grad_.data(); }
   std::int64_t stream_bytes() const;
   std::int64_t activation_slots() const { return static_cast<std::int64_t>(slots_.size()); }
+  std::int64_t chunk_slots() const { return static_cast<std::int64_t>(chunk_slots_.size()); }
   std::int64_t chunks() const { return pipeline_ ? pipeline_->virtual_stages() : 1; }
   bool starts_model(std::int64_t chunk) const;
   bool ends_model(std::int64_t chunk) const;
@@ -135,7 +137,7 @@ class DecoderModel {
   std::int64_t rows() const { return rows_; }
   std::int64_t logits_chunk_rows() const { return chunk_rows_; }
   // Bytes of backend memory the model keeps from a layer's forward for its backward (one whole
-  // BlockActivations, as without recomputation); what every activation slot's layers keep plus the
+  // BlockActivations, as without recomputation); what every chunk slot's layers keep plus the
   // recompute scratch (the plan's activations without the logits); and in all (activations,
   // inputs, scratch): docs/PRODUCTION.md "Memory".
   std::int64_t activation_bytes_per_layer() const;
@@ -143,7 +145,7 @@ class DecoderModel {
   std::int64_t allocated_bytes() const { return allocated_bytes_; }
 
  private:
-  // One microbatch's inputs and what its layers' forwards keep for their backwards.
+  // One microbatch's inputs, read by every chunk's passes.
   struct ActivationSlot {
     Buffer<std::int32_t> tokens;           // [rows]
     Buffer<std::int32_t> labels;           // [rows]
@@ -152,9 +154,15 @@ class DecoderModel {
     Buffer<std::int32_t> attention_start;  // [rows] within each sample
     Buffer<float> rope_cosines;            // [rows, hd/2]
     Buffer<float> rope_sines;              // [rows, hd/2]
-    std::vector<BlockActivations> blocks;  // [L]; allocated for this stage's layers only
+  };
+  // What one model chunk's layers keep from a microbatch's forward for its backward, by the
+  // layer's place in its chunk (the chunks of a rank share the recomputation's pattern).
+  struct ChunkSlot {
+    std::vector<BlockActivations> blocks;  // [this rank's largest chunk's layers]
   };
   ActivationSlot& current() { return slots_[static_cast<std::size_t>(slot_)]; }  // the pass's slot
+  // The pass's chunk slot's activations of `layer` (a layer of the pass's chunk).
+  BlockActivations& stored(std::int64_t chunk, std::size_t layer);
   // One layer's forward from stream_ (kept in block.block_input) into stream_, keeping what its
   // backward reads in `block`; `announce`: report the layer's weights to the hooks (not when
   // recomputing: the weights were read before).
@@ -166,6 +174,7 @@ class DecoderModel {
   // Reruns the forward of the recompute group that ends at `layer` from the group's kept input.
   void recompute_group(const void* weights, std::int64_t chunk, std::size_t layer);
   void use_slot(std::int64_t slot);
+  void use_chunk_slot(std::int64_t chunk_slot);
   // main_grads == nullptr: the loss alone (chunk_loss).
   void loss_and_output_backward(const void* weights, float loss_scale, float* main_grads,
                                 float* row_losses);
@@ -251,6 +260,8 @@ class DecoderModel {
   float attention_scale_ = 0.0f; // 1/sqrt(hd) as fp32
 
   std::vector<ActivationSlot> slots_;  // [activation slots]
+  std::vector<ChunkSlot> chunk_slots_;  // [chunk slots]
+  std::int64_t chunk_slot_ = 0;         // the chunk slot of the pass in progress
   RecomputeConfig recompute_;
   std::vector<BlockActivations> recomputed_;  // [largest recompute group] scratch (full recompute)
   std::int64_t slot_ = 0;               // the slot of the pass in progress

@@ -289,7 +289,8 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
                            ? "1F1B (Megatron's, not interleaved)"
                            : "interleaved 1F1B (Megatron's, groups of " +
                                  std::to_string(trainer.pipeline_group().size()) + " microbatches)"},
-          {"activation_slots", trainer.model().activation_slots()}}},
+          {"activation_slots", trainer.model().activation_slots()},
+          {"chunk_slots", trainer.model().chunk_slots()}}},
         {"data_parallel",
          {{"ranks", trainer.replicas().size()},
           {"collectives", trainer.replicas().description()},

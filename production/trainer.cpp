@@ -175,6 +175,7 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
     decoder.pipeline = stages_.get();
     decoder.pipeline_stage = split_.pipeline_stage();
     decoder.activation_slots = microbatches_in_flight(training_passes());
+    decoder.chunk_slots = chunk_activation_slots(training_passes()).count;
   }
   if (!tied.empty()) embedding_comm_ = TensorParallelComm(*backend_, embedding_group_, tied.front().count);
   model_ = std::make_unique<DecoderModel>(config_.model, layout_, *backend_, decoder);
@@ -196,11 +197,17 @@ std::vector<PipelinePass> Trainer::training_passes() const {
 }
 
 void Trainer::run_passes(const std::vector<PipelinePass>& passes,
-                         const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body,
-                         std::vector<TimedPass>* timings) {
+                         const PassBody& pass_body, std::vector<TimedPass>* timings) {
   const std::int64_t slots = model_->activation_slots();
+  const ChunkSlots chunk_slots = chunk_activation_slots(passes);
+  if (chunk_slots.count > model_->chunk_slots()) {
+    throw std::logic_error("the schedule keeps " + std::to_string(chunk_slots.count) + " model chunks' activations at once; the model has " +
+                           std::to_string(model_->chunk_slots()) + " chunk slots");
+  }
   if (split_.pipeline_size() == 1) {
-    for (const PipelinePass& pass : passes) pass_body(pass, pass.microbatch % slots);
+    for (std::size_t i = 0; i < passes.size(); ++i) {
+      pass_body(passes[i], passes[i].microbatch % slots, chunk_slots.of_pass[i]);
+    }
     return;
   }
   // Each exchange sends from slots of outgoing_ (a pass's output copied there when it has run, so
@@ -236,11 +243,11 @@ void Trainer::run_passes(const std::vector<PipelinePass>& passes,
     }
     if (timings != nullptr) {  // the pass's work done when its stream is: the backend synchronized
       const double start = seconds_since(timing_start_);
-      pass_body(pass, pass.microbatch % slots);
+      pass_body(pass, pass.microbatch % slots, chunk_slots.of_pass[i]);
       backend_->synchronize();
       timings->push_back({pass, start, seconds_since(timing_start_)});
     } else {
-      pass_body(pass, pass.microbatch % slots);
+      pass_body(pass, pass.microbatch % slots, chunk_slots.of_pass[i]);
     }
     if (sent_from[i] != -1) {
       backend_->copy(outgoing_.at(sent_from[i] * bytes), pass.forward ? model_->stream() : model_->stream_grad(), bytes);
@@ -373,9 +380,9 @@ EvaluationRecord Trainer::evaluate(const SampleProvider& validation, std::int64_
     }
     // Forward only, one microbatch at a time through the stages; the last stage's loss alone.
     run_passes(one_microbatch_at_a_time(stages_->virtual_stages(), microbatches, true),
-               [&](const PipelinePass& pass, std::int64_t slot) {
+               [&](const PipelinePass& pass, std::int64_t slot, std::int64_t chunk_slot) {
                  if (pass.chunk == 0) model_->begin_microbatch(samples[static_cast<std::size_t>(pass.microbatch)], slot);
-                 model_->forward_chunk(compute_weights(), slot, pass.chunk);
+                 model_->forward_chunk(compute_weights(), slot, pass.chunk, chunk_slot);
                  if (model_->ends_model(pass.chunk)) model_->chunk_loss(compute_weights(), slot, row_losses_.at(pass.microbatch * rows));
                });
     loss_sum = global_loss_sum(loss_sum);
@@ -666,7 +673,7 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
     pipeline_group_->barrier();
     timing_start_ = std::chrono::steady_clock::now();
   }
-  run_passes(training_passes(), [&](const PipelinePass& pass, std::int64_t slot) {
+  run_passes(training_passes(), [&](const PipelinePass& pass, std::int64_t slot, std::int64_t chunk_slot) {
     const auto m = static_cast<std::size_t>(pass.microbatch);
     ModelHooks hooks = exchange_.model_hooks(m, microbatches);
     (pass.forward ? hooks.gradients_done : hooks.before_weights) = nullptr;
@@ -677,11 +684,11 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
             last_stage ? m : static_cast<std::size_t>(this->hooks().sent_microbatch(pass.microbatch, static_cast<std::int64_t>(microbatches)));  // StepHooks point
         model_->begin_microbatch(batch.microbatches[begun], slot);
       }
-      model_->forward_chunk(compute_weights(), slot, pass.chunk);
+      model_->forward_chunk(compute_weights(), slot, pass.chunk, chunk_slot);
     } else {
       const float scale = last_stage ? this->hooks().last_stage_loss_scale(scales[m], microbatch_loss_tokens(batch.microbatches[m]))  // StepHooks point
                                      : scales[m];
-      model_->backward_chunk(compute_weights(), slot, pass.chunk, scale, exchange_.main_grads().data(),
+      model_->backward_chunk(compute_weights(), slot, pass.chunk, chunk_slot, scale, exchange_.main_grads().data(),
                              row_losses_.at(pass.microbatch * rows));
       const bool between_microbatches = pass.chunk == 0 && m + 1 < microbatches;
       if (between_microbatches && this->hooks().rounds_main_gradients_to_bf16_between_microbatches()) {

@@ -47,7 +47,7 @@
 #include "production/gradient_exchange.hpp"
 #include "production/main_state_shard.hpp"
 #include "production/model.hpp"
-#include "production/pipeline_schedule.hpp"
+#include "core/pipeline_schedule.hpp"
 #include "production/sharding.hpp"
 #include "production/step_hooks.hpp"
 #include "production/tensor_parallel.hpp"
@@ -215,14 +215,15 @@ class Trainer {
   void adamw(std::int64_t step, double lr, double wd);                  // SPEC 7
   void count_update(IterationRecord& record, bool successful);          // SPEC 8, 1
 
-  // Pipeline parallelism: this stage's passes over M microbatches (pipeline_schedule.hpp: 1F1B
+  // Pipeline parallelism: this stage's passes over M microbatches (core/pipeline_schedule.hpp: 1F1B
   // with one chunk a rank, else the interleaved 1F1B), and their execution: `pass_body` runs each
-  // pass in its activation slot, and the streams (or their gradients) a step's passes send are
+  // pass with its microbatch's activation slot and its (microbatch, chunk)'s chunk slot
+  // (chunk_activation_slots), and the streams (or their gradients) a step's passes send are
   // exchanged with the previous or next stage together with what the next step receives
   // (stage_exchanges).
   std::vector<PipelinePass> training_passes() const;
-  void run_passes(const std::vector<PipelinePass>& passes,
-                  const std::function<void(const PipelinePass& pass, std::int64_t slot)>& pass_body,
+  using PassBody = std::function<void(const PipelinePass& pass, std::int64_t slot, std::int64_t chunk_slot)>;
+  void run_passes(const std::vector<PipelinePass>& passes, const PassBody& pass_body,
                   std::vector<TimedPass>* timings = nullptr);
   // Every stage's timings gathered over the pipeline group (each stage runs as many passes).
   PipelineTimeline gather_timeline(std::int64_t iteration, const std::vector<TimedPass>& mine) const;

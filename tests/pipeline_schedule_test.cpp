@@ -1,7 +1,7 @@
-// Megatron's pipeline schedules for one stage (production/pipeline_schedule.hpp).
+// Megatron's pipeline schedules for one stage (core/pipeline_schedule.hpp).
 // Kind of comparison: exact (the order of passes, written out from Megatron's schedule; the
 // exchanges run by a model of rendezvous transports).
-#include "production/pipeline_schedule.hpp"
+#include "core/pipeline_schedule.hpp"
 
 #include <gtest/gtest.h>
 
@@ -343,6 +343,73 @@ TEST(PipelineSchedule, WithIdealTimesTheSchedulesLeaveThePlansBubble) {
   std::vector<std::vector<PipelinePass>> passes(4, one_microbatch_at_a_time(2, 8));
   const auto [idle, total] = ideal_idle(4, 2, passes);
   EXPECT_GT(idle * (2 * 8 + 4 - 1), total * (4 - 1));
+}
+
+// Each (microbatch, chunk) keeps its chunk slot from its forward to its backward and no other pair
+// takes it meanwhile; the slots used are exactly the most pairs in flight at once: min(p, m) on
+// 1F1B's first stage, Megatron's warmup + 1 on the interleaved one's (p v + p - 1 once m holds
+// it), against the microbatches in flight x v that a slot per microbatch would hold.
+TEST(PipelineSchedule, ChunkSlotsHoldEachPairFromForwardToBackwardAndNoMoreThanAreInFlight) {
+  for (std::int64_t stages = 1; stages <= 6; ++stages) {
+    for (std::int64_t chunks = 1; chunks <= 4; ++chunks) {
+      if (stages == 1 && chunks > 1) continue;
+      for (std::int64_t microbatches = stages; microbatches <= 6 * stages; microbatches += stages) {
+        for (std::int64_t stage = 0; stage < stages; ++stage) {
+          const auto passes = stages == 1  ? one_microbatch_at_a_time(1, microbatches)
+                              : chunks == 1 ? one_forward_one_backward(stages, stage, microbatches)
+                                            : interleaved_one_forward_one_backward(stages, stage, chunks, microbatches);
+          const ChunkSlots slots = chunk_activation_slots(passes);
+          ASSERT_EQ(slots.of_pass.size(), passes.size());
+          std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> holder;  // slot -> (m, c)
+          std::size_t most = 0;
+          for (std::size_t i = 0; i < passes.size(); ++i) {
+            const PipelinePass& pass = passes[i];
+            const std::int64_t slot = slots.of_pass[i];
+            ASSERT_TRUE(slot >= 0 && slot < slots.count) << describe(passes);
+            if (pass.forward) {
+              ASSERT_FALSE(holder.contains(slot)) << "slot " << slot << " taken twice: " << describe(passes);
+              holder[slot] = {pass.microbatch, pass.chunk};
+              most = std::max(most, holder.size());
+            } else {
+              ASSERT_EQ(holder[slot], std::make_pair(pass.microbatch, pass.chunk)) << describe(passes);
+              holder.erase(slot);
+            }
+          }
+          ASSERT_TRUE(holder.empty());
+          EXPECT_EQ(slots.count, static_cast<std::int64_t>(most)) << describe(passes);
+          EXPECT_LE(slots.count, chunks * microbatches_in_flight(passes));
+          if (stage == 0 && stages > 1) {
+            const std::int64_t warmup = chunks == 1 ? stages - 1 : (stages - 1) * 2 + (chunks - 1) * stages;
+            EXPECT_EQ(slots.count, std::min(warmup + 1, chunks * microbatches))
+                << stages << " stages x " << chunks << " chunks, " << microbatches << " microbatches";
+          }
+        }
+      }
+    }
+  }
+  // Past 4 p microbatches the counts stay those of 4 p (the planner counts no further).
+  for (std::int64_t stages = 2; stages <= 8; ++stages) {
+    for (std::int64_t chunks = 1; chunks <= 3; ++chunks) {
+      for (std::int64_t stage = 0; stage < stages; ++stage) {
+        auto schedule = [&](std::int64_t microbatches) {
+          return chunks == 1 ? one_forward_one_backward(stages, stage, microbatches)
+                             : interleaved_one_forward_one_backward(stages, stage, chunks, microbatches);
+        };
+        const auto at_four = schedule(4 * stages);
+        for (std::int64_t microbatches = 5 * stages; microbatches <= 9 * stages; microbatches += stages) {
+          EXPECT_EQ(chunk_activation_slots(schedule(microbatches)).count, chunk_activation_slots(at_four).count);
+          EXPECT_EQ(microbatches_in_flight(schedule(microbatches)), microbatches_in_flight(at_four));
+        }
+      }
+    }
+  }
+  // Interleaved, 4 stages x 2 chunks, 16 microbatches: the first stage holds 4 x 2 + 3 = 11 pairs,
+  // where 8 microbatches are in flight (16 pairs' worth of a slot per microbatch).
+  const auto interleaved = interleaved_one_forward_one_backward(4, 0, 2, 16);
+  EXPECT_EQ(chunk_activation_slots(interleaved).count, 11);
+  EXPECT_EQ(microbatches_in_flight(interleaved), 8);
+  // Forward only (evaluation): a pair's slot is free once its forward is done.
+  EXPECT_EQ(chunk_activation_slots(one_microbatch_at_a_time(3, 5, true)).count, 1);
 }
 
 }  // namespace

@@ -122,8 +122,8 @@ TEST(PipelineParallel, TheTimelineHoldsEveryStagesPassesInScheduleOrderOnOneCloc
     const std::int64_t microbatches = config.microbatches_per_replica();
     for (std::int64_t stage = 0; stage < pp; ++stage) {
       const auto schedule = chunks == 1
-                                ? production::one_forward_one_backward(pp, stage, microbatches)
-                                : production::interleaved_one_forward_one_backward(pp, stage, chunks, microbatches);
+                                ? one_forward_one_backward(pp, stage, microbatches)
+                                : interleaved_one_forward_one_backward(pp, stage, chunks, microbatches);
       const auto& passes = timeline.stages[static_cast<std::size_t>(stage)];
       ASSERT_EQ(passes.size(), schedule.size()) << what;
       double previous_end = 0.0;
@@ -451,31 +451,46 @@ TEST(Recompute, EachStagesMeasuredPeakIsThePlansWithinOnePercent) {
   // total, with and without recomputation, fp32 and bf16. The plan's working buffers are the
   // model's own buffers besides its stored activations, plus the trainer's per-position losses
   // and pipeline send/receive buffers, exactly; what it leaves out (the data-parallel and TP
-  // exchange scratch, the norm's partial sums) is the difference.
-  for (const bool bf16 : {false, true}) {
-    for (const RecomputeGranularity granularity : {RecomputeGranularity::none, RecomputeGranularity::full}) {
-      RunConfig config = recomputing(pp_run(2), granularity, RecomputeMethod::uniform, 1);
-      config.model.num_layers = 8;
-      config.optimizer.bf16 = bf16;
-      const std::string what = std::string(bf16 ? "bf16" : "fp32") + ", recompute " + describe(config.recompute);
-      const Plan plan = make_plan(config, PlanOptions{});
-      Ranks ranks(config);
-      ranks.run();
-      const std::int64_t rows = config.batch.micro_batch_size * config.model.seq_length;
-      const std::int64_t stream_bytes = rows * config.model.hidden_size * (bf16 ? 2 : 4);
-      ranks.ranks.each([&](Trainer& trainer, int) {
-        const StageMemory& planned = plan.memory.stages.at(static_cast<std::size_t>(trainer.pipeline_stage()));
-        const double gib = 1024.0 * 1024.0 * 1024.0;
-        const std::int64_t working = trainer.model().allocated_bytes() - trainer.model().stored_activation_bytes() +
-                                     config.microbatches_per_replica() * rows * 4 + 4 * stream_bytes;
-        EXPECT_DOUBLE_EQ(planned.working_gib * gib, static_cast<double>(working)) << what << ", " << planned.stage;
-        const double measured = static_cast<double>(trainer.backend().peak_bytes_in_use());
-        // The plan leaves some scratch out: it is a lower bound, and a tight one.
-        EXPECT_GE(measured, planned.total_gib * gib) << what << ", " << planned.stage;
-        EXPECT_LE(measured / (planned.total_gib * gib), 1.01)
-            << what << ", " << planned.stage << " stage: measured " << measured << " bytes, planned "
-            << planned.total_gib * gib;
-      });
+  // exchange scratch, the norm's partial sums) is the difference. Interleaved (2 chunks a stage)
+  // too: the stored activations are the plan's exactly, a chunk slot per (microbatch, chunk) in
+  // flight (PP 2, M 4: 5 on the first stage, Megatron's warmup + 1, where a slot per microbatch
+  // holding both chunks would keep 3 x 2).
+  for (const std::int64_t chunks : {1, 2}) {
+    for (const bool bf16 : {false, true}) {
+      for (const RecomputeGranularity granularity : {RecomputeGranularity::none, RecomputeGranularity::full}) {
+        RunConfig config = recomputing(pp_run(2), granularity, RecomputeMethod::uniform, 1);
+        config.model.num_layers = 8;
+        config.parallel.virtual_pipeline_stages = chunks;
+        config.optimizer.bf16 = bf16;
+        const std::string what = std::string(bf16 ? "bf16" : "fp32") + ", recompute " + describe(config.recompute) +
+                                 ", " + std::to_string(chunks) + " chunks a stage";
+        const Plan plan = make_plan(config, PlanOptions{});
+        Ranks ranks(config);
+        ranks.run();
+        const std::int64_t rows = config.batch.micro_batch_size * config.model.seq_length;
+        const std::int64_t stream_bytes = rows * config.model.hidden_size * (bf16 ? 2 : 4);
+        ranks.ranks.each([&](Trainer& trainer, int) {
+          const StageMemory& planned = plan.memory.stages.at(static_cast<std::size_t>(trainer.pipeline_stage()));
+          const double gib = 1024.0 * 1024.0 * 1024.0;
+          const std::int64_t working = trainer.model().allocated_bytes() - trainer.model().stored_activation_bytes() +
+                                       config.microbatches_per_replica() * rows * 4 + 4 * stream_bytes;
+          EXPECT_DOUBLE_EQ(planned.working_gib * gib, static_cast<double>(working)) << what << ", " << planned.stage;
+          EXPECT_DOUBLE_EQ(planned.activations_gib * gib, static_cast<double>(trainer.model().stored_activation_bytes()))
+              << what << ", " << planned.stage;
+          EXPECT_DOUBLE_EQ(planned.activations_in_flight * static_cast<double>(chunks),
+                           static_cast<double>(trainer.model().chunk_slots()))
+              << what << ", " << planned.stage;
+          if (chunks == 2 && trainer.pipeline_stage() == 0) {
+            EXPECT_EQ(trainer.model().chunk_slots(), 5) << what;
+          }
+          const double measured = static_cast<double>(trainer.backend().peak_bytes_in_use());
+          // The plan leaves some scratch out: it is a lower bound, and a tight one.
+          EXPECT_GE(measured, planned.total_gib * gib) << what << ", " << planned.stage;
+          EXPECT_LE(measured / (planned.total_gib * gib), 1.01)
+              << what << ", " << planned.stage << " stage: measured " << measured << " bytes, planned "
+              << planned.total_gib * gib;
+        });
+      }
     }
   }
 }

@@ -1,13 +1,14 @@
 // Megatron's pipeline schedules (pipeline_schedule.hpp).
-#include "production/pipeline_schedule.hpp"
+#include "core/pipeline_schedule.hpp"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <utility>
 #include <set>
 #include <stdexcept>
 
-namespace tandem::production {
+namespace tandem {
 
 std::vector<PipelinePass> one_forward_one_backward(std::int64_t stages, std::int64_t stage, std::int64_t microbatches) {
   if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
@@ -145,6 +146,49 @@ std::int64_t microbatches_in_flight(const std::vector<PipelinePass>& passes) {
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(most));
 }
 
+ChunkSlots chunk_activation_slots(const std::vector<PipelinePass>& passes) {
+  std::set<std::pair<std::int64_t, std::int64_t>> backwards;  // (microbatch, chunk)
+  for (const PipelinePass& pass : passes) {
+    if (!pass.forward) backwards.emplace(pass.microbatch, pass.chunk);
+  }
+  ChunkSlots slots;
+  slots.of_pass.assign(passes.size(), 0);
+  std::set<std::int64_t> free_slots;
+  std::int64_t used = 0;  // slots ever handed out
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> holding;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    const PipelinePass& pass = passes[i];
+    const std::pair key{pass.microbatch, pass.chunk};
+    if (pass.forward) {
+      std::int64_t slot = used;
+      if (free_slots.empty()) {
+        ++used;
+      } else {
+        slot = *free_slots.begin();
+        free_slots.erase(free_slots.begin());
+      }
+      slots.of_pass[i] = slot;
+      if (backwards.contains(key)) {
+        holding[key] = slot;
+      } else {
+        free_slots.insert(slot);
+      }
+    } else {
+      const auto held = holding.find(key);
+      if (held == holding.end()) {
+        throw std::invalid_argument("chunk_activation_slots: the backward of microbatch " +
+                                    std::to_string(pass.microbatch) + " chunk " + std::to_string(pass.chunk) +
+                                    " comes before its forward");
+      }
+      slots.of_pass[i] = held->second;
+      free_slots.insert(held->second);
+      holding.erase(held);
+    }
+  }
+  slots.count = std::max<std::int64_t>(1, used);
+  return slots;
+}
+
 std::string describe(const std::vector<PipelinePass>& passes) {
   const bool chunked = std::any_of(passes.begin(), passes.end(), [](const PipelinePass& p) { return p.chunk > 0; });
   std::string out;
@@ -156,4 +200,4 @@ std::string describe(const std::vector<PipelinePass>& passes) {
   return out;
 }
 
-}  // namespace tandem::production
+}  // namespace tandem

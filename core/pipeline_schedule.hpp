@@ -13,7 +13,7 @@
 
 #include "core/pipeline_layout.hpp"
 
-namespace tandem::production {
+namespace tandem {
 
 struct PipelinePass {
   bool forward = true;          // else the backward
@@ -80,8 +80,19 @@ std::vector<StageExchange> stage_exchanges(const std::vector<PipelinePass>& pass
 // flight are always consecutive).
 std::int64_t microbatches_in_flight(const std::vector<PipelinePass>& passes);
 
+// Where each pass keeps its model chunk's activations: a forward takes the lowest free chunk slot
+// and its microbatch's backward of the same chunk frees it (a forward with no backward in `passes`,
+// evaluation's, frees it at once). `count` is the most in use at once: the (microbatch, chunk)
+// pairs in flight, Megatron's warmup + 1 (Korthikanti et al.'s count for the interleaved
+// schedule), which a slot per microbatch holding all its chunks would exceed.
+struct ChunkSlots {
+  std::vector<std::int64_t> of_pass;  // [passes] the chunk slot each pass uses
+  std::int64_t count = 1;
+};
+ChunkSlots chunk_activation_slots(const std::vector<PipelinePass>& passes);
+
 // "F0 F1 B0 F2 B1 B2" (chunks as F0.1 when there are several; a joined step as F2.0+B0.1), for
 // tests and messages.
 std::string describe(const std::vector<PipelinePass>& passes);
 
-}  // namespace tandem::production
+}  // namespace tandem
