@@ -1,6 +1,8 @@
-// `tandem data build --input DOCS.jsonl --output-prefix PREFIX [--tokenizer bytes]` (SPEC 12):
-// JSON Lines documents -> byte tokens -> a Megatron indexed dataset PREFIX.bin / PREFIX.idx.
-// A bad line is an error naming the line, exit status 2, and no output files.
+// `tandem data build --input DOCS.jsonl --output-prefix PREFIX [--tokenizer-type T ...]` (SPEC 12):
+// JSON Lines documents -> tokens (the byte tokenizer, or Megatron's GPT2BPETokenizer /
+// HuggingFaceTokenizer options) -> a Megatron indexed dataset PREFIX.bin / PREFIX.idx, the bytes
+// Megatron's tools/preprocess_data.py --append-eod writes. A bad line or option is an error naming
+// it, exit status 2, and no output files.
 // `tandem data samples [RUN OPTIONS] [--part train|valid] [--first I] [--count N]`: the token
 // windows the trainers read, one sample per line, so the order can be checked against Megatron
 // (tests/megatron/) or by eye.
@@ -11,11 +13,13 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/command.hpp"
 #include "core/args.hpp"
 #include "core/data/inspect.hpp"
 #include "core/data/jsonl_builder.hpp"
+#include "core/data/tokenizer.hpp"
 #include "core/data/training_data.hpp"
 
 namespace tandem::cli {
@@ -25,7 +29,56 @@ constexpr int kExitBadInput = 2;  // main.cpp's convention: 2 for bad input
 
 struct DataBuildState {
   data::JsonlBuildConfig build;
+  std::string tokenizer = "bytes";      // --tokenizer: tandem's older spelling of --tokenizer-type bytes
+  std::string tokenizer_type;           // --tokenizer-type, Megatron's spelling
+  std::vector<std::string> json_keys;   // --json-keys: Megatron takes several; tandem one
+  bool append_eod = false;              // --append-eod: always on in tandem (SPEC 2); accepted
+  bool split_sentences = false;         // --split-sentences: refused
+  int workers = 1;                      // --workers: accepted; tandem tokenizes on one thread
 };
+
+// Resolves the build's options into state->build; throws ConfigError (exit 2) naming the option.
+void resolve_build_options(DataBuildState& state) {
+  if (state.split_sentences) {
+    throw ConfigError({ConfigIssue{"--split-sentences", "given",
+                                   "tandem does not split documents into sentences (Megatron does it with NLTK's "
+                                   "punkt models); each document is one sequence",
+                                   "drop --split-sentences, or split with Megatron's preprocess_data.py, or give "
+                                   "each document's \"text\" as a list of sentences"}});
+  }
+  if (state.json_keys.size() > 1) {
+    throw ConfigError({ConfigIssue{"--json-keys", std::to_string(state.json_keys.size()) + " keys",
+                                   "tandem builds one dataset per run from one key (Megatron writes one "
+                                   "PREFIX_KEY_document pair per key)",
+                                   "run tandem data build once per key, with its own --output-prefix"}});
+  }
+  if (!state.json_keys.empty()) state.build.text_key = state.json_keys.front();
+  if (!state.tokenizer_type.empty()) {
+    const auto type = data::parse_tokenizer_type(state.tokenizer_type);
+    if (!type) {
+      throw ConfigError({ConfigIssue{"--tokenizer-type", state.tokenizer_type,
+                                     "is not a tokenizer type tandem reads (bytes, GPT2BPETokenizer, "
+                                     "HuggingFaceTokenizer; Megatron's spelling)",
+                                     "name the tokenizer to build with, e.g. --tokenizer-type GPT2BPETokenizer"}});
+    }
+    state.build.tokenizer.type = *type;
+  }
+  const auto& tokenizer = state.build.tokenizer;
+  const auto only_for = [&](const char* option, const std::string& value, bool read, const char* readers) {
+    if (!value.empty() && !read) {
+      throw ConfigError({ConfigIssue{option, value,
+                                     "is read only by --tokenizer-type " + std::string(readers) + ", not " +
+                                         to_string(tokenizer.type),
+                                     "drop it, or name the tokenizer that reads it"}});
+    }
+  };
+  only_for("--vocab-file", tokenizer.vocab_file, tokenizer.type == TokenizerType::gpt2_bpe, "GPT2BPETokenizer");
+  only_for("--merge-file", tokenizer.merge_file, tokenizer.type == TokenizerType::gpt2_bpe, "GPT2BPETokenizer");
+  only_for("--tokenizer-model", tokenizer.tokenizer_model,
+           tokenizer.type == TokenizerType::huggingface || tokenizer.type == TokenizerType::sentencepiece ||
+               tokenizer.type == TokenizerType::llama2,
+           "HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer");
+}
 
 struct DataSamplesState {
   RunArguments run;
@@ -138,16 +191,41 @@ Command add_data_command(CLI::App& parent) {
   data->require_subcommand(1);
   CLI::App* build = data->add_subcommand(
       "build", "Tokenize JSON Lines documents (a \"text\" field per line) with the byte tokenizer "
-               "and write Megatron's PREFIX.bin / PREFIX.idx, EOD appended to every document");
+               "or Megatron's GPT2BPETokenizer / byte-level HuggingFaceTokenizer, and write "
+               "Megatron's PREFIX.bin / PREFIX.idx as its tools/preprocess_data.py --append-eod does "
+               "(EOD after every non-empty document; uint16 below 65,500 ids, else int32); "
+               "docs/DATA.md sections 1 and 13");
   build->add_option("--input", state->build.input_path, "DOCS.jsonl: one JSON object per line")
       ->required();
   build->add_option("--output-prefix", state->build.output_prefix,
                     "writes PREFIX.bin and PREFIX.idx (the directory must exist)")
       ->required();
-  build->add_option("--tokenizer", state->build.tokenizer,
-                    "bytes: ids 0-255 are UTF-8 bytes, EOD 256, PAD 257 (SPEC 12)")
+  build->add_option("--tokenizer", state->tokenizer,
+                    "bytes: ids 0-255 are UTF-8 bytes, EOD 256, PAD 257 (SPEC 12; the same as "
+                    "--tokenizer-type bytes)")
       ->capture_default_str()
       ->check(CLI::IsMember({"bytes"}));
+  build->add_option("--tokenizer-type", state->tokenizer_type,
+                    "Megatron's tokenizer type: bytes (default), GPT2BPETokenizer (--vocab-file, "
+                    "--merge-file), HuggingFaceTokenizer (--tokenizer-model DIR with a byte-level BPE "
+                    "tokenizer.json)")
+      ->excludes("--tokenizer");
+  build->add_option("--vocab-file", state->build.tokenizer.vocab_file, "GPT2BPETokenizer: GPT-2's vocab.json");
+  build->add_option("--merge-file", state->build.tokenizer.merge_file, "GPT2BPETokenizer: GPT-2's merges.txt");
+  build->add_option("--tokenizer-model", state->build.tokenizer.tokenizer_model,
+                    "HuggingFaceTokenizer: a local directory holding tokenizer.json (and tokenizer_config.json)");
+  build->add_option("--json-keys", state->json_keys,
+                    "the field holding each document's text (default: text; one key)");
+  build->add_flag("--append-eod", state->append_eod,
+                  "accepted for Megatron's command line: tandem always appends the EOD (SPEC 2)");
+  build->add_flag("--split-sentences", state->split_sentences, "refused: tandem does not split sentences");
+  build->add_option("--workers", state->workers,
+                    "accepted for Megatron's command line; tandem tokenizes on one thread")
+      ->check(CLI::PositiveNumber);
+  build->add_option("--progress-seconds", state->build.progress_seconds,
+                    "seconds between progress lines on stderr (documents, tokens, and per second); "
+                    "0: every document; negative: none")
+      ->capture_default_str();
 
   auto samples_state = std::make_shared<DataSamplesState>();
   CLI::App* samples = data->add_subcommand(
@@ -186,8 +264,10 @@ Command add_data_command(CLI::App& parent) {
     if (samples->parsed()) return print_samples(*samples_state);
     if (inspect->parsed()) return inspect_sample(*inspect_state);
     try {
+      resolve_build_options(*state);  // ConfigError -> exit 2 in main
       const auto summary = data::build_dataset_from_jsonl(state->build);
-      std::cout << "documents: " << summary.documents << " (" << summary.empty_documents
+      std::cout << "tokenizer: " << to_string(state->build.tokenizer.type) << "\n"
+                << "documents: " << summary.documents << " (" << summary.empty_documents
                 << " empty)\n"
                 << "sequences: " << summary.sequences << "\n"
                 << "tokens:    " << summary.tokens << " (" << summary.documents - summary.empty_documents << " EOD)\n"

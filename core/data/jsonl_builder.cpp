@@ -1,13 +1,17 @@
 // JSON Lines -> byte tokens -> indexed dataset, and the embedded corpus (see jsonl_builder.hpp).
 #include "core/data/jsonl_builder.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <fstream>
 #include <span>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "core/data/text_tokenizer.hpp"
 
 #ifndef TANDEM_SOURCE_DIR
 #error "core/CMakeLists.txt defines TANDEM_SOURCE_DIR for the embedded corpus"
@@ -30,13 +34,8 @@ std::vector<std::int32_t> byte_tokenize(const std::string& utf8_text) {
 
 namespace {
 
-// Checks the tokenizer and opens the input; throws JsonlError (line 0) when either is wrong.
+// Opens the input; throws JsonlError (line 0) when it cannot.
 std::ifstream open_jsonl(const JsonlBuildConfig& config) {
-  if (config.tokenizer != "bytes") {
-    throw JsonlError("--tokenizer " + config.tokenizer +
-                         ": unknown tokenizer; expected bytes (SPEC 12); fix: use --tokenizer bytes",
-                     0);
-  }
   std::ifstream input(config.input_path, std::ios::binary);
   if (!input) {
     throw JsonlError("--input " + config.input_path +
@@ -46,9 +45,10 @@ std::ifstream open_jsonl(const JsonlBuildConfig& config) {
   return input;
 }
 
-// Calls `take(tokens)` for each document of `input`, in order; throws JsonlError on a bad line.
-template <typename Take>
-void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& input, Take&& take) {
+// Calls `take(tokens)` for each document of `input`, in order, each piece's text tokenized by
+// `tokenize`; throws JsonlError on a bad line.
+template <typename Tokenize, typename Take>
+void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& input, Tokenize&& tokenize, Take&& take) {
   std::string line;
   std::int64_t line_number = 0;
   while (std::getline(input, line)) {
@@ -83,7 +83,7 @@ void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& inpu
     }
     JsonlDocument pieces;
     if (text->is_string()) {
-      pieces.push_back(byte_tokenize(text->get_ref<const std::string&>()));
+      pieces.push_back(tokenize(text->get_ref<const std::string&>()));
     } else if (text->is_array()) {
       // Megatron's preprocess_data.py: a list's elements are tokenized one by one (its sentences).
       for (std::size_t i = 0; i < text->size(); ++i) {
@@ -95,7 +95,7 @@ void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& inpu
                                "each piece of the document's text as a string",
                            line_number);
         }
-        pieces.push_back(byte_tokenize(piece.get_ref<const std::string&>()));
+        pieces.push_back(tokenize(piece.get_ref<const std::string&>()));
       }
     } else {
       throw JsonlError(where + "\"" + config.text_key + "\" is a " +
@@ -126,7 +126,8 @@ std::vector<std::span<const std::int32_t>> spans_of(const JsonlDocument& documen
 std::vector<JsonlDocument> read_jsonl_documents(const JsonlBuildConfig& config) {
   std::vector<JsonlDocument> documents;
   auto input = open_jsonl(config);
-  for_each_jsonl_document(config, input, [&](JsonlDocument pieces) { documents.push_back(std::move(pieces)); });
+  for_each_jsonl_document(config, input, byte_tokenize,
+                          [&](JsonlDocument pieces) { documents.push_back(std::move(pieces)); });
   return documents;
 }
 
@@ -143,10 +144,12 @@ IndexedDatasetSummary write_documents(const std::string& prefix, const std::vect
 IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
   // Documents stream into the writer's temporary files; a bad line throws before finish(), and
   // the writer's destructor removes the temporaries, so no output file is left behind.
+  const std::unique_ptr<TextTokenizer> tokenizer = make_text_tokenizer(config.tokenizer);  // ConfigError
   IndexedDatasetWriterConfig writer_config;
   writer_config.prefix = config.output_prefix;
-  writer_config.vocab_size = kByteVocabularySize;
-  writer_config.eod_token = kEodToken;
+  // preprocess_data.py: DType.optimal_dtype(tokenizer.vocab_size), the size before padding.
+  writer_config.vocab_size = tokenizer->ids().vocab_size;
+  writer_config.eod_token = tokenizer->ids().eod_token;
   auto input = open_jsonl(config);
   const auto directory = std::filesystem::path(config.output_prefix).parent_path();
   if (!directory.empty() && !std::filesystem::is_directory(directory)) {
@@ -155,8 +158,42 @@ IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
                      0);
   }
   IndexedDatasetWriter writer(writer_config);
-  for_each_jsonl_document(config, input, [&](const JsonlDocument& pieces) { writer.add_document_pieces(spans_of(pieces)); });
-  return writer.finish();
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto last_report = started;
+  std::int64_t documents = 0;
+  std::int64_t tokens = 0;
+  const auto report = [&](const char* what) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    const double rate_base = seconds > 0 ? seconds : 1e-9;
+    std::cerr << "data build: " << what << documents << " documents, " << tokens << " tokens in " << seconds
+              << " s (" << static_cast<std::int64_t>(static_cast<double>(documents) / rate_base) << " documents/s, "
+              << static_cast<std::int64_t>(static_cast<double>(tokens) / rate_base) << " tokens/s)\n";
+  };
+  const auto tokenize = [&](const std::string& text) { return tokenizer->tokenize(text); };
+  for_each_jsonl_document(config, input, tokenize, [&](const JsonlDocument& pieces) {
+    writer.add_document_pieces(spans_of(pieces));
+    ++documents;
+    bool any = false;
+    for (const auto& piece : pieces) {
+      tokens += static_cast<std::int64_t>(piece.size());
+      any = any || !piece.empty();
+    }
+    if (any) ++tokens;  // the EOD the writer appends
+    if (config.progress_seconds >= 0) {
+      const auto now = Clock::now();
+      if (std::chrono::duration<double>(now - last_report).count() >= config.progress_seconds) {
+        last_report = now;
+        report("");
+      }
+    }
+  });
+  IndexedDatasetSummary summary = writer.finish();
+  if (config.progress_seconds >= 0 &&
+      std::chrono::duration<double>(Clock::now() - started).count() >= config.progress_seconds) {
+    report("done, ");
+  }
+  return summary;
 }
 
 std::string default_corpus_jsonl_path() {

@@ -1,6 +1,7 @@
 // `tandem data build` as a library call: JSON Lines documents with a "text" field (a string, or a
-// list of strings as Megatron's preprocessing accepts), tokenized by
-// the byte tokenizer of SPEC 12, written as a Megatron indexed dataset (SPEC 2). Also where the
+// list of strings as Megatron's preprocessing accepts), tokenized by the byte tokenizer of SPEC 12
+// or a real one (core/data/text_tokenizer.hpp), written as a Megatron indexed dataset (SPEC 2)
+// byte for byte as Megatron's tools/preprocess_data.py --append-eod writes it. Also where the
 // embedded default corpus lives and how it becomes a dataset at run time.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/data/indexed_dataset.hpp"
 
 namespace tandem::data {
@@ -32,8 +34,11 @@ std::vector<std::int32_t> byte_tokenize(const std::string& utf8_text);
 struct JsonlBuildConfig {
   std::string input_path;          // DOCS.jsonl: one JSON object per line
   std::string output_prefix;       // writes PREFIX.bin and PREFIX.idx
-  std::string tokenizer = "bytes"; // the only tokenizer so far (SPEC 12)
-  std::string text_key = "text";   // the field holding each document's text
+  TokenizerConfig tokenizer;       // Megatron's --tokenizer-type and its files; default: bytes (SPEC 12)
+  std::string text_key = "text";   // the field holding each document's text (Megatron's --json-keys)
+  // Seconds between progress lines on stderr (documents, tokens, and each per second); 0: after
+  // every document; negative: none. Default 10: a long build says it is alive, a short one is quiet.
+  double progress_seconds = 10.0;
 };
 
 // One document's tokens, in the pieces its "text" gives: one piece for a string, one per element
