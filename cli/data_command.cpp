@@ -57,8 +57,9 @@ void resolve_build_options(DataBuildState& state) {
     const auto type = data::parse_tokenizer_type(state.tokenizer_type);
     if (!type) {
       throw ConfigError({ConfigIssue{"--tokenizer-type", state.tokenizer_type,
-                                     "is not a tokenizer type tandem reads (bytes, GPT2BPETokenizer, "
-                                     "HuggingFaceTokenizer; Megatron's spelling)",
+                                     "is not a tokenizer type tandem builds with (bytes, GPT2BPETokenizer, "
+                                     "HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer; "
+                                     "Megatron's spelling)",
                                      "name the tokenizer to build with, e.g. --tokenizer-type GPT2BPETokenizer"}});
     }
     state.build.tokenizer.type = *type;
@@ -191,7 +192,8 @@ Command add_data_command(CLI::App& parent) {
   data->require_subcommand(1);
   CLI::App* build = data->add_subcommand(
       "build", "Tokenize JSON Lines documents (a \"text\" field per line) with the byte tokenizer "
-               "or Megatron's GPT2BPETokenizer / byte-level HuggingFaceTokenizer, and write "
+               "or Megatron's GPT2BPETokenizer / byte-level HuggingFaceTokenizer / "
+               "SentencePieceTokenizer / Llama2Tokenizer, and write "
                "Megatron's PREFIX.bin / PREFIX.idx as its tools/preprocess_data.py --append-eod does "
                "(EOD after every non-empty document; uint16 below 65,500 ids, else int32); "
                "docs/DATA.md sections 1 and 13");
@@ -208,12 +210,13 @@ Command add_data_command(CLI::App& parent) {
   build->add_option("--tokenizer-type", state->tokenizer_type,
                     "Megatron's tokenizer type: bytes (default), GPT2BPETokenizer (--vocab-file, "
                     "--merge-file), HuggingFaceTokenizer (--tokenizer-model DIR with a byte-level BPE "
-                    "tokenizer.json)")
+                    "tokenizer.json), SentencePieceTokenizer or Llama2Tokenizer (--tokenizer-model FILE.model)")
       ->excludes("--tokenizer");
   build->add_option("--vocab-file", state->build.tokenizer.vocab_file, "GPT2BPETokenizer: GPT-2's vocab.json");
   build->add_option("--merge-file", state->build.tokenizer.merge_file, "GPT2BPETokenizer: GPT-2's merges.txt");
   build->add_option("--tokenizer-model", state->build.tokenizer.tokenizer_model,
-                    "HuggingFaceTokenizer: a local directory holding tokenizer.json (and tokenizer_config.json)");
+                    "HuggingFaceTokenizer: a local directory holding tokenizer.json (and tokenizer_config.json); "
+                    "SentencePieceTokenizer, Llama2Tokenizer: the SentencePiece .model file");
   build->add_option("--json-keys", state->json_keys,
                     "the field holding each document's text (default: text; one key)");
   build->add_flag("--append-eod", state->append_eod,
@@ -266,7 +269,12 @@ Command add_data_command(CLI::App& parent) {
     try {
       resolve_build_options(*state);  // ConfigError -> exit 2 in main
       const auto summary = data::build_dataset_from_jsonl(state->build);
-      std::cout << "tokenizer: " << to_string(state->build.tokenizer.type) << "\n"
+      // The ids the data was built with, as training will read them (SPEC 13).
+      TokenizerConfig tokenizer = state->build.tokenizer;
+      const data::TokenizerIds ids = data::read_tokenizer_ids(tokenizer);
+      tokenizer.eod_token = ids.eod_token;
+      tokenizer.pad_token = ids.pad_token;
+      std::cout << "tokenizer: " << data::tokenizer_summary(tokenizer, ids.vocab_size) << "\n"
                 << "documents: " << summary.documents << " (" << summary.empty_documents
                 << " empty)\n"
                 << "sequences: " << summary.sequences << "\n"

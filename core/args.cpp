@@ -113,7 +113,8 @@ std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
 // with (docs/DATA.md section 13); the byte tokenizer's only when none is named.
 void resolve_tokenizer(const RunArguments& args, RunConfig& config, Checker& checker) {
   auto& tokenizer = config.tokenizer;
-  const std::string kinds = "GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer or bytes";
+  const std::string kinds =
+      "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, NullTokenizer or bytes";
   if (args.given("--tokenizer-type")) {
     const auto type = data::parse_tokenizer_type(args.tokenizer_type);
     if (!type) {
@@ -433,7 +434,8 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "embedded corpus)")->group(data);
   app.add_option("--tokenizer-type", args.tokenizer_type,
                  "the tokenizer the data was built with, for its EOD, PAD and vocabulary size: "
-                 "GPT2BPETokenizer | HuggingFaceTokenizer | NullTokenizer | bytes (Megatron's names; "
+                 "GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer | Llama2Tokenizer | NullTokenizer | "
+                 "bytes (Megatron's names; "
                  "default: tandem's byte tokenizer; docs/DATA.md section 13)")->group(data);
   app.add_option("--null-tokenizer-eod-id", args.null_tokenizer_eod_id,
                  "NullTokenizer's EOD (default: --vocab-size - 1)")->group(data);
@@ -442,7 +444,8 @@ void add_run_options(CLI::App& app, RunArguments& args) {
   app.add_option("--vocab-file", v.tokenizer.vocab_file, "GPT2BPETokenizer's vocab.json")->group(data);
   app.add_option("--merge-file", v.tokenizer.merge_file, "GPT2BPETokenizer's merges.txt")->group(data);
   app.add_option("--tokenizer-model", v.tokenizer.tokenizer_model,
-                 "HuggingFaceTokenizer: a directory with tokenizer.json and tokenizer_config.json")
+                 "HuggingFaceTokenizer: a directory with tokenizer.json and tokenizer_config.json; "
+                 "SentencePieceTokenizer, Llama2Tokenizer: the SentencePiece .model file")
       ->group(data);
   app.add_option("--split", v.data.split, "Megatron's train,valid,test weights (default: all "
                                           "train)")->group(data);

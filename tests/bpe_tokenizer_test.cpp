@@ -134,7 +134,8 @@ TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
       {{"--split-sentences"}, "--split-sentences = given: tandem does not split documents into sentences"},
       {{"--json-keys", "text", "body"}, "--json-keys = 2 keys"},
       {{"--tokenizer-type", "NullTokenizer"}, "a NullTokenizer has no text form"},
-      {{"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "x.model"}, "SentencePiece"},
+      {{"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "x.model"},
+       "--tokenizer-model = x.model: is not a readable file"},
       {{"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", kVocab}, "--merge-file = not given"},
       {{"--tokenizer-model", kLlama3}, "--tokenizer-model = " + kLlama3 + ": is read only by --tokenizer-type"},
   };

@@ -193,9 +193,9 @@ TEST(TokenizerErrors, EachNamesTheOptionTheValueAndTheRule) {
   EXPECT_TRUE(contains(issue_about(with(gpt2(), {"--null-tokenizer-eod-id", "3"}), "--null-tokenizer-eod-id"),
                        "NullTokenizer"));
   EXPECT_TRUE(contains(issue_about({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "x.model"},
-                                   "--tokenizer-type"), "SentencePiece"));
-  EXPECT_TRUE(contains(issue_about({"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "x.model"},
-                                   "--tokenizer-type"), "not implemented"));
+                                   "--tokenizer-model"), "is not a readable file"));
+  EXPECT_TRUE(contains(issue_about({"--tokenizer-type", "SentencePieceTokenizer"}, "--tokenizer-model"),
+                       "not given"));
 }
 
 TEST(TokenizerErrors, HuggingFaceWithoutEosTokenIsRefused) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/args.hpp"
+#include "core/data/sentencepiece_model.hpp"
 
 namespace tandem::data {
 namespace {
@@ -186,6 +187,21 @@ TokenizerIds huggingface_ids(const TokenizerConfig& tokenizer) {
   return {static_cast<std::int64_t>(vocab.size()), eod, pad ? id_of(*pad, "pad_token") : kNoPadToken};
 }
 
+// SentencePieceTokenizer and Llama2Tokenizer as Megatron Core 0.19 builds both (and 0.16.1
+// without --legacy-tokenizer): its SentencePiece library wrapper, not legacy, so
+// vocab_size = get_piece_size() (no pieces added), eod = eos_id() (no eod_id: the EOS stands in),
+// pad = pad_id() (-1, none, unless the model was trained with one). docs/DATA.md section 13.
+TokenizerIds sentencepiece_ids(const TokenizerConfig& tokenizer) {
+  const SentencePieceModel model = SentencePieceModel::load(tokenizer.tokenizer_model, "--tokenizer-model");
+  if (model.eos_id() < 0) {
+    refuse("--tokenizer-model", tokenizer.tokenizer_model,
+           "the model has no EOS piece (eos_id -1), and Megatron's " + to_string(tokenizer.type) +
+               " takes the end-of-document id from it",
+           "use a model trained with an EOS (sentencepiece's eos_id >= 0), the one the data was built with");
+  }
+  return {model.piece_count(), model.eos_id(), model.pad_id() < 0 ? kNoPadToken : model.pad_id()};
+}
+
 TokenizerIds read_ids(const TokenizerConfig& tokenizer, const NullTokenizerOptions& null);
 
 }  // namespace
@@ -240,10 +256,7 @@ TokenizerIds read_ids(const TokenizerConfig& tokenizer, const NullTokenizerOptio
     }
     case TokenizerType::sentencepiece:
     case TokenizerType::llama2:
-      refuse("--tokenizer-type", to_string(tokenizer.type),
-             "reading a SentencePiece .model is not implemented in tandem yet (issue 13, part 1)",
-             "use the tokenizer's Hugging Face form (--tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR "
-             "with tokenizer.json), or NullTokenizer --vocab-size N when the data's EOD is N");
+      return sentencepiece_ids(tokenizer);
   }
   refuse("--tokenizer-type", "?", "unknown type", "name a supported type");
 }
