@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/args.hpp"
+#include "core/data/tokenizer.hpp"
 
 namespace tandem::data {
 namespace {
@@ -112,17 +113,6 @@ const std::array<std::string, 256>& byte_level_keys_cached() {
   return keys;
 }
 
-nlohmann::json read_json(const std::filesystem::path& path, const std::string& field, const std::string& value,
-                         const std::string& fix) {
-  std::ifstream input(path);
-  if (!input) refuse(field, value, "cannot open " + path.string(), fix);
-  try {
-    return nlohmann::json::parse(input);
-  } catch (const nlohmann::json::parse_error& error) {
-    refuse(field, value, path.string() + " is not valid JSON (" + error.what() + ")", fix);
-  }
-}
-
 std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
 }
@@ -206,7 +196,7 @@ ByteLevelBpe::~ByteLevelBpe() = default;
 ByteLevelBpe ByteLevelBpe::from_gpt2_files(const std::string& vocab_file, const std::string& merge_file) {
   ByteLevelBpe bpe;
   const std::string vocab_fix = "give --vocab-file GPT-2's vocab.json (byte-level keys -> ids)";
-  const nlohmann::json encoder = read_json(vocab_file, "--vocab-file", vocab_file, vocab_fix);
+  const nlohmann::json encoder = read_option_json(vocab_file, "--vocab-file", vocab_file, vocab_fix);
   if (!encoder.is_object()) refuse("--vocab-file", vocab_file, "must hold one JSON object of token -> id", vocab_fix);
   for (const auto& [token, id] : encoder.items()) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > INT32_MAX) {
@@ -284,7 +274,7 @@ ByteLevelBpe ByteLevelBpe::from_huggingface_dir(const std::string& directory) {
   const std::string fix = "give --tokenizer-model a byte-level BPE tokenizer directory (GPT-2 or Llama 3 style "
                           "tokenizer.json), or build the data with Megatron's tools/preprocess_data.py";
   const std::filesystem::path root(directory);
-  const nlohmann::json definition = read_json(root / "tokenizer.json", field, directory, fix);
+  const nlohmann::json definition = read_option_json(root / "tokenizer.json", field, directory, fix);
   const auto unsupported = [&](const std::string& what) {
     refuse(field, directory, "tokenizer.json's " + what + " is not implemented by tandem's byte-level BPE", fix);
   };
@@ -297,7 +287,7 @@ ByteLevelBpe ByteLevelBpe::from_huggingface_dir(const std::string& directory) {
   // nothing) applies tokenizer.json as written; other classes rewrite parts of it.
   const std::filesystem::path config_path = root / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
-    const nlohmann::json config = read_json(config_path, field, directory, fix);
+    const nlohmann::json config = read_option_json(config_path, field, directory, fix);
     if (const auto* tokenizer_class = get(config, "tokenizer_class")) {
       const std::string name = tokenizer_class->is_string() ? tokenizer_class->get<std::string>() : tokenizer_class->dump();
       if (name != "PreTrainedTokenizerFast" && name != "GPT2Tokenizer" && name != "GPT2TokenizerFast") {

@@ -20,18 +20,6 @@ namespace {
   throw ConfigError({ConfigIssue{std::move(field), std::move(value), std::move(rule), std::move(fix)}});
 }
 
-// Parses a JSON file, refusing a missing or malformed one as the option that named it.
-nlohmann::json read_json(const std::filesystem::path& path, const std::string& field, const std::string& value,
-                         const std::string& fix) {
-  std::ifstream input(path);
-  if (!input) refuse(field, value, "cannot open " + path.string(), fix);
-  try {
-    return nlohmann::json::parse(input);
-  } catch (const nlohmann::json::parse_error& error) {
-    refuse(field, value, path.string() + " is not valid JSON (" + error.what() + ")", fix);
-  }
-}
-
 std::int32_t checked_id(const nlohmann::json& id, const std::string& token, const std::string& field,
                         const std::string& value, const std::string& fix) {
   if (!id.is_number_integer() || id.get<std::int64_t>() < 0 ||
@@ -71,7 +59,7 @@ TokenizerIds gpt2_ids(const TokenizerConfig& tokenizer) {
   if (!std::filesystem::is_regular_file(tokenizer.merge_file)) {
     refuse("--merge-file", tokenizer.merge_file, "is not a readable file", "give the path of the GPT-2 merges.txt");
   }
-  const nlohmann::json encoder = read_json(tokenizer.vocab_file, "--vocab-file", tokenizer.vocab_file, fix_vocab);
+  const nlohmann::json encoder = read_option_json(tokenizer.vocab_file, "--vocab-file", tokenizer.vocab_file, fix_vocab);
   if (!encoder.is_object() || encoder.empty()) {
     refuse("--vocab-file", tokenizer.vocab_file, "must hold one non-empty JSON object of token -> id", fix_vocab);
   }
@@ -117,7 +105,7 @@ TokenizerIds huggingface_ids(const TokenizerConfig& tokenizer) {
     refuse("--tokenizer-model", dir, "is not a directory (tandem reads no hub names)", fix);
   }
   const std::filesystem::path root(dir);
-  const nlohmann::json definition = read_json(root / "tokenizer.json", "--tokenizer-model", dir, fix);
+  const nlohmann::json definition = read_option_json(root / "tokenizer.json", "--tokenizer-model", dir, fix);
   std::map<std::string, std::int32_t> vocab;
   const nlohmann::json* model_vocab = nullptr;
   if (definition.is_object() && definition.contains("model") && definition.at("model").is_object() &&
@@ -156,9 +144,9 @@ TokenizerIds huggingface_ids(const TokenizerConfig& tokenizer) {
   const std::filesystem::path config_path = root / "tokenizer_config.json";
   const std::filesystem::path map_path = root / "special_tokens_map.json";
   const nlohmann::json config = std::filesystem::exists(config_path)
-                                    ? read_json(config_path, "--tokenizer-model", dir, fix)
+                                    ? read_option_json(config_path, "--tokenizer-model", dir, fix)
                                     : nlohmann::json::object();
-  const nlohmann::json map = std::filesystem::exists(map_path) ? read_json(map_path, "--tokenizer-model", dir, fix)
+  const nlohmann::json map = std::filesystem::exists(map_path) ? read_option_json(map_path, "--tokenizer-model", dir, fix)
                                                                : nlohmann::json::object();
   const auto lookup = [&](const char* key) -> std::optional<std::string> {
     if (auto token = special_token(config, key)) return token;
@@ -205,6 +193,17 @@ TokenizerIds sentencepiece_ids(const TokenizerConfig& tokenizer) {
 TokenizerIds read_ids(const TokenizerConfig& tokenizer, const NullTokenizerOptions& null);
 
 }  // namespace
+
+nlohmann::json read_option_json(const std::filesystem::path& path, const std::string& field, const std::string& value,
+                                const std::string& fix) {
+  std::ifstream input(path);
+  if (!input) refuse(field, value, "cannot open " + path.string(), fix);
+  try {
+    return nlohmann::json::parse(input);
+  } catch (const nlohmann::json::parse_error& error) {
+    refuse(field, value, path.string() + " is not valid JSON (" + error.what() + ")", fix);
+  }
+}
 
 std::optional<TokenizerType> parse_tokenizer_type(const std::string& name) {
   for (const TokenizerType type : {TokenizerType::bytes, TokenizerType::gpt2_bpe, TokenizerType::huggingface,

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/config.hpp"
 
@@ -34,6 +37,11 @@ struct NullTokenizerOptions {
 // derives the ids (bytes; NullTokenizer from `null`). A PAD equal to the EOD becomes none.
 // Throws ConfigError (core/args.hpp) naming the option, the value, the rule and the fix.
 TokenizerIds read_tokenizer_ids(const TokenizerConfig& tokenizer, const NullTokenizerOptions& null = {});
+
+// Parses a JSON file a tokenizer option names (vocab.json, tokenizer.json, ...), refusing a missing
+// or malformed one as that option: ConfigError with `field`, `value`, the rule and `fix`.
+nlohmann::json read_option_json(const std::filesystem::path& path, const std::string& field, const std::string& value,
+                                const std::string& fix);
 
 // "GPT2BPETokenizer (EOD 50256, PAD none, 50257 ids)", for the startup summary.
 std::string tokenizer_summary(const TokenizerConfig& tokenizer, std::int64_t vocab_size);

@@ -10,10 +10,11 @@ anything (transformers 4.44 works with torch 1.13; /work/shared/OUTSIDE-CHECKS.m
 build directory, under a lock, so parallel test runs share it. A failure to install exits non-zero
 and the test fails: it never skips.
 """
-import fcntl
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import pinned_venv  # noqa: E402
 
 PACKAGES = [
     "transformers==4.44.2",
@@ -33,20 +34,7 @@ IMPORT_CHECK = "import torch, safetensors, transformers; from transformers impor
 
 def ensure_venv(venv):
     """Creates VENV with the pinned packages unless it is already complete; returns its python."""
-    venv = os.path.abspath(venv)
-    python = os.path.join(venv, "bin", "python")
-    os.makedirs(os.path.dirname(venv), exist_ok=True)
-    with open(venv + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(os.path.join(venv, MARKER)):
-            return python
-        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv], check=True)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps"] + PACKAGES, check=True)
-        # Prove the imports work before marking the environment complete.
-        subprocess.run([python, "-c", IMPORT_CHECK], check=True)
-        open(os.path.join(venv, MARKER), "w").close()
-    return python
+    return pinned_venv.ensure(venv, PACKAGES, MARKER, ["-c", IMPORT_CHECK])
 
 
 if __name__ == "__main__":

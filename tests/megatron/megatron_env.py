@@ -11,12 +11,13 @@ megatron/core/__init__.py (which needs a newer torch): the packages are register
 megatron.core.utils is a stand-in with the one function those modules use
 (/work/shared/OUTSIDE-CHECKS.md).
 """
-import fcntl
 import logging
 import os
-import subprocess
 import sys
 import types
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import pinned_venv  # noqa: E402
 
 MEGATRON_CORE = "megatron-core==0.16.1"
 PACKAGING = "packaging"  # megatron.core's version checks import it
@@ -25,21 +26,9 @@ MARKER = "tandem-megatron-core-0.16.1.ok"
 
 def ensure_venv(venv):
     """Creates VENV with the pinned megatron-core unless it is already complete; returns its python."""
-    python = os.path.join(venv, "bin", "python")
-    os.makedirs(os.path.dirname(os.path.abspath(venv)) or ".", exist_ok=True)
-    with open(os.path.abspath(venv) + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(os.path.join(venv, MARKER)):
-            return python
-        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv], check=True)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", MEGATRON_CORE, PACKAGING], check=True)
-        # Prove the import works before marking the environment complete.
-        subprocess.run([python, "-c", "import sys; sys.path.insert(0, %r); import megatron_env; "
-                        "megatron_env.import_megatron()" % os.path.dirname(os.path.abspath(__file__))],
-                       check=True)
-        open(os.path.join(venv, MARKER), "w").close()
-    return python
+    check = "import sys; sys.path.insert(0, %r); import megatron_env; megatron_env.import_megatron()"
+    return pinned_venv.ensure(venv, [MEGATRON_CORE, PACKAGING], MARKER,
+                              ["-c", check % os.path.dirname(os.path.abspath(__file__))])
 
 
 def reexec_in_venv(venv):

@@ -32,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "..", "fixtures", "tokenizers")
 sys.path.insert(0, os.path.join(HERE, "..", "hf"))
 sys.path.insert(0, os.path.join(HERE, "..", "megatron"))
+sys.path.insert(0, HERE)
 
 CASES = {
     # name: (tandem's tokenizer options, how the oracle tokenizes)
@@ -126,6 +127,7 @@ def oracle(args):
 
 def write_and_compare(args):
     """Runs in the megatron venv: writes Megatron's files for the oracle's ids, compares with tandem's."""
+    import dataset_verdict
     import megatron_env
     import numpy
     modules = megatron_env.import_megatron()
@@ -156,36 +158,10 @@ def write_and_compare(args):
         expected_sequences.append(sequences)
     builder.finalize(prefix + ".idx")
 
-    tandem = indexed.IndexedDataset(os.path.join(args.work, "tandem"))
     with open(args.texts, encoding="utf-8") as stream:
         documents = [json.loads(line)["text"] for line in stream]
-    bounds = tandem.document_indices.tolist()
-    compared = 0
-    for d, sequences in enumerate(expected_sequences):
-        actual = [tandem[s].tolist() for s in range(bounds[d], bounds[d + 1])] if d + 1 < len(bounds) else None
-        if actual != sequences:
-            print("FAIL: document %d %r\n  expected (%s): %s\n  tandem:   %s" %
-                  (d, documents[d], "Hugging Face" if args.case != "negative_control" else "shifted",
-                   sequences, actual))
-            break
-        compared += 1
-    print("documents with equal tokens: %d of %d" % (compared, len(expected_sequences)))
-    verdict = 0
-    for suffix in (".bin", ".idx"):
-        with open(prefix + suffix, "rb") as a, open(os.path.join(args.work, "tandem") + suffix, "rb") as b:
-            left, right = a.read(), b.read()
-        if left != right:
-            first = next((i for i in range(min(len(left), len(right))) if left[i] != right[i]), min(len(left), len(right)))
-            print("FAIL: %s differs from Megatron's IndexedDatasetBuilder's (%d vs %d bytes, first difference "
-                  "at byte %d)" % (suffix, len(right), len(left), first))
-            verdict = 1
-        else:
-            print("PASS: %s equals Megatron's IndexedDatasetBuilder's byte for byte (%d bytes, dtype %s)" %
-                  (suffix, len(left), dtype.__name__))
-    if args.case == "negative_control":
-        print("negative control: the shifted expectation was %s" % ("caught" if verdict else "NOT caught"))
-        return 0 if verdict else 1
-    return verdict
+    return dataset_verdict.judge(indexed, args.work, expected_sequences, documents, "Hugging Face", dtype.__name__,
+                                 args.case == "negative_control")
 
 
 def main():

@@ -54,6 +54,7 @@ def compare(args):
     """Runs in the venv: Megatron's tokenizer, its IndexedDatasetBuilder, and the comparison."""
     import importlib
 
+    import dataset_verdict
     import numpy
     import sentencepiece_env
 
@@ -100,32 +101,8 @@ def compare(args):
                              [len(ids) for ids in sequences])
     builder.finalize(prefix + ".idx")
 
-    tandem = indexed.IndexedDataset(os.path.join(args.work, "tandem"))
-    bounds = tandem.document_indices.tolist()
-    compared = 0
-    for d, sequences in enumerate(expected_sequences):
-        actual = [tandem[s].tolist() for s in range(bounds[d], bounds[d + 1])] if d + 1 < len(bounds) else None
-        if actual != sequences:
-            print("FAIL: document %d %r\n  expected (%s): %s\n  tandem:   %s" %
-                  (d, documents[d], "Megatron" if args.case != "negative_control" else "shifted", sequences, actual))
-            break
-        compared += 1
-    print("documents with equal tokens: %d of %d" % (compared, len(expected_sequences)))
-    for suffix in (".bin", ".idx"):
-        with open(prefix + suffix, "rb") as a, open(os.path.join(args.work, "tandem") + suffix, "rb") as b:
-            left, right = a.read(), b.read()
-        if left != right:
-            first = next((i for i in range(min(len(left), len(right))) if left[i] != right[i]), min(len(left), len(right)))
-            print("FAIL: %s differs from Megatron's IndexedDatasetBuilder's (%d vs %d bytes, first difference "
-                  "at byte %d)" % (suffix, len(right), len(left), first))
-            verdict = 1
-        else:
-            print("PASS: %s equals Megatron's IndexedDatasetBuilder's byte for byte (%d bytes, dtype %s)" %
-                  (suffix, len(left), dtype.__name__))
-    if args.case == "negative_control":
-        print("negative control: the shifted expectation was %s" % ("caught" if verdict else "NOT caught"))
-        return 0 if verdict else 1
-    return verdict
+    return dataset_verdict.judge(indexed, args.work, expected_sequences, documents, "Megatron", dtype.__name__,
+                                 args.case == "negative_control", verdict)
 
 
 def main():

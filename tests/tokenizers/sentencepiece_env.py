@@ -10,33 +10,20 @@ tokenizer library class and its IndexedDatasetBuilder; imported without megatron
 tests/megatron/megatron_env.py). Made once per build directory, under a lock, so parallel test runs
 share it. A failure to install exits non-zero and the test fails: it never skips.
 """
-import fcntl
 import os
-import subprocess
 import sys
 
 PACKAGES = ["sentencepiece==0.2.0", "megatron-core==0.16.1", "packaging"]
 MARKER = "tandem-sentencepiece-0.2.0.ok"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+import pinned_venv  # noqa: E402
 
 
 def ensure_venv(venv):
     """Creates VENV with the pinned packages unless it is already complete; returns its python."""
-    venv = os.path.abspath(venv)
-    python = os.path.join(venv, "bin", "python")
-    os.makedirs(os.path.dirname(venv), exist_ok=True)
-    with open(venv + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(os.path.join(venv, MARKER)):
-            return python
-        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv], check=True)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps"] + PACKAGES, check=True)
-        # Prove the imports work before marking the environment complete.
-        subprocess.run([python, "-c", "import sys; sys.path.insert(0, %r); import sentencepiece_env; "
-                        "sentencepiece_env.import_megatron_sentencepiece()" % HERE], check=True)
-        open(os.path.join(venv, MARKER), "w").close()
-    return python
+    check = "import sys; sys.path.insert(0, %r); import sentencepiece_env; sentencepiece_env.import_megatron_sentencepiece()"
+    return pinned_venv.ensure(venv, PACKAGES, MARKER, ["-c", check % HERE])
 
 
 def import_megatron_sentencepiece():
