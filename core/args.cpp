@@ -42,7 +42,10 @@ void apply_config_file(const RunArguments& args) {
     fail("is not valid JSON (" + std::string(error.what()) + ")", "write one JSON object of option names to values");
   }
   if (!document.is_object()) fail("must hold one JSON object", "write {\"micro-batch-size\": 1, ...}");
-  for (const auto& [key, value] : document.items()) {
+  for (const auto& item : document.items()) {
+    // Named copies, not a structured binding: clang 14 (the fuzz build) cannot capture a binding.
+    const std::string key = item.key();
+    const nlohmann::json& value = item.value();
     std::string name = key;
     for (char& c : name) {
       if (c == '_') c = '-';
