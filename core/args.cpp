@@ -1193,6 +1193,10 @@ std::string unplaced_words(CLI::App& app, int argc, const char* const* argv, con
     std::string nearest;
     std::size_t best = 4;  // suggest only a close name
     for (const std::string& name : names) {
+      // The distance is at least the difference of the lengths: a name that cannot come closer
+      // than `best` is not compared (a 100,000-character word took 0.3 s against every name).
+      const std::size_t length_difference = word.size() > name.size() ? word.size() - name.size() : name.size() - word.size();
+      if (length_difference >= best) continue;
       const std::size_t distance = edit_distance(word, name);
       if (distance < best) {
         best = distance;
