@@ -6,7 +6,8 @@
 // load; at the end the last checkpoint's tensor files must equal a straight run's byte for byte,
 // and its counters too. The default suite kills a few times (about 15 s); the soak
 // (KillCampaign.Soak*, `ctest -L soak`) a hundred times. The kill times come from a seeded
-// generator: TANDEM_KILL_CAMPAIGN_SEED=S repeats a campaign, and every failure prints its seed.
+// generator: TANDEM_KILL_CAMPAIGN_SEED=S repeats a campaign's delays (where each lands depends on
+// the machine's speed), and every failure prints its seed.
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -38,7 +39,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // Starts TANDEM_BINARY with `arguments` in a process group of its own (so one kill reaches
-// everything it started), its stdout and stderr appended to `output`. Returns its pid.
+// everything it started), its stdout and stderr written to `output` (replaced). Returns its pid.
 pid_t start_tandem(const std::vector<std::string>& arguments, const fs::path& output) {
   std::vector<std::string> words = {TANDEM_BINARY};
   words.insert(words.end(), arguments.begin(), arguments.end());
@@ -48,7 +49,7 @@ pid_t start_tandem(const std::vector<std::string>& arguments, const fs::path& ou
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
-    const int fd = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int fd = ::open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
@@ -125,6 +126,8 @@ class KillCampaign : public testing::TinyTrainCli {
     int kills = 0;
     int starts = 0;
     int rounds = 0;
+    int kills_after_a_save = 0;   // the killed start had saved a checkpoint of its own first
+    int kills_before_a_save = 0;  // it had not: the kill landed in its startup or its first iteration
     while (true) {
       ++starts;
       ASSERT_LE(starts, 3 * settings.kills + 10) << reproduce << ": too many starts";
@@ -154,6 +157,7 @@ class KillCampaign : public testing::TinyTrainCli {
           FAIL() << where << ": the newest checkpoint (iteration " << *now << ") does not load: " << error.what();
         }
       }
+      if (exit_code == -SIGKILL) ++(now != tracker ? kills_after_a_save : kills_before_a_save);
       tracker = now;
       expect_every_checkpoint_loads(killed, where);
       if (exit_code != 0) continue;
@@ -170,7 +174,8 @@ class KillCampaign : public testing::TinyTrainCli {
       fs::remove_all(killed);
       tracker.reset();
     }
-    std::cout << "kill campaign: " << kills << " SIGKILLs over " << starts << " starts in " << rounds
+    std::cout << "kill campaign: " << kills << " SIGKILLs (" << kills_after_a_save << " after the start had saved, "
+              << kills_before_a_save << " before) over " << starts << " starts in " << rounds
               << " rounds, each ending on the straight run's bytes; " << reproduce << "\n";
   }
 };
