@@ -224,9 +224,10 @@ TEST_F(TrainCli, SigtermDuringTheStartupStopsAfterTheFirstIterationWithACheckpoi
     const auto result = testing::run_shell(
         command + " > " + testing::shell_quoted(output_file.string()) + " 2>&1 &\n"
         "started=$!\n"
-        "exec 3> " + testing::shell_quoted(fifo.string()) + "\n"  // returns once tandem reads the config
-        "kill -TERM $started\n"
-        "printf '{}' >&3; exec 3>&-\n"
+        // The open for writing returns once tandem opens the FIFO to read its configuration (at
+        // most 60 s: a tandem that failed before it would leave the open waiting for ever).
+        "timeout 60 sh -c 'exec 3> \"$1\"; kill -TERM \"$2\"; printf \"{}\" >&3' sh " +
+        testing::shell_quoted(fifo.string()) + " $started\n"
         "wait $started; echo $?\n");
     const std::string output = testing::bytes_of(output_file);
     EXPECT_EQ(result.output, "0\n") << engine << " exited with " << result.output << output;
