@@ -8,7 +8,8 @@ TANDEM_PACKAGES=(cmake make g++ ccache pkg-config python3
   nlohmann-json3-dev libboost-dev librapidcheck-dev libgtest-dev libgmock-dev libcli11-dev
   libopenmpi-dev openmpi-bin gnuplot-nox
   python3-venv python3-numpy python3-torch  # tests/megatron: megatron-core 0.16.1 from PyPI needs them
-  slurm-wlm munge)  # tests/slurm: a private one-node Slurm cluster (srun --mpi=pmix, sbatch --requeue)
+  slurm-wlm munge  # tests/slurm: a private one-node Slurm cluster (srun --mpi=pmix, sbatch --requeue)
+  clang libclang-rt-14-dev)  # tests/fuzz: clang 14's libFuzzer, ASan and UBSan (ci/test's fuzz pass)
 
 tandem_log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 

@@ -46,6 +46,8 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
                                    "is more than the model's " + std::to_string(parameters) + " parameters",
                                    "give at most " + std::to_string(parameters) + " (a few dozen suffice for tandem audit)"}});
   }
+  // Installed again (it was installed before MPI started, in the command's run): the launcher's
+  // MPI initialization must not have replaced it.
   if (options.exit_signal_handler) install_exit_signal_handler();
   options.test_nonfinite_gradient_iterations = {state.nonfinite_iterations.begin(),
                                                 state.nonfinite_iterations.end()};
@@ -166,6 +168,10 @@ Command add_train_command(CLI::App& parent) {
   Command command;
   command.app = sub;
   command.run = [state]() {
+    // First, before MPI, the configuration and the data: a stop signal during the startup (a
+    // Slurm job's time limit may come that early) is held until the first point where the run
+    // can stop, the end of its first iteration, instead of killing the rank.
+    if (state->options.exit_signal_handler) install_exit_signal_handler();
     // Under mpirun/srun every rank runs this; a process started alone is one rank without MPI.
     production::MpiSession session;
     return run_as_ranks(session, [&] { return train(*state, session); });

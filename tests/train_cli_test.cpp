@@ -2,8 +2,11 @@
 // corpus: logs carry what SPEC 12 lists, the audit passes and rejects a tampered log, a resumed
 // run equals a straight one bit for bit (SPEC 9), skipped updates and the skip limit (SPEC 8),
 // iteration-0 checkpoints, and bad input exits non-zero naming the field.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -198,6 +201,39 @@ TEST_F(TrainCli, SigtermWithTheExitSignalHandlerStopsWithACheckpoint) {
     if (saving) {
       EXPECT_EQ(checkpoint::read_latest_iteration(save), last);
     }
+  }
+}
+
+// A stop signal during the startup (before MPI, the configuration and the data are ready) is held
+// until the run can stop: the end of its first iteration, with a checkpoint, exit 0. It killed the
+// rank (exit 143), because the handler was installed only after the configuration was built. The
+// signal lands inside the startup deterministically: --config names a FIFO, the test's shell opens
+// it for writing (which returns only once tandem has opened it to read the configuration), sends
+// SIGTERM, and only then writes the (empty) configuration. Both engines.
+TEST_F(TrainCli, SigtermDuringTheStartupStopsAfterTheFirstIterationWithACheckpoint) {
+  for (const std::string engine : {"reference", "production"}) {
+    const auto save = root_ / (engine + "-save");
+    const auto fifo = root_ / (engine + "-config.json");
+    const auto output_file = root_ / (engine + "-out.txt");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+    const auto arguments = tiny_train({"--engine", engine, "--device", "cpu"},
+                                      {"--train-samples", "4000", "--exit-signal-handler", "--save", save.string(),
+                                       "--config", fifo.string()});
+    std::string command = testing::shell_quoted(TANDEM_BINARY);
+    for (const auto& argument : arguments) command += " " + testing::shell_quoted(argument);
+    const auto result = testing::run_shell(
+        command + " > " + testing::shell_quoted(output_file.string()) + " 2>&1 &\n"
+        "started=$!\n"
+        // The open for writing returns once tandem opens the FIFO to read its configuration (at
+        // most 60 s: a tandem that failed before it would leave the open waiting for ever).
+        "timeout 60 sh -c 'exec 3> \"$1\"; kill -TERM \"$2\"; printf \"{}\" >&3' sh " +
+        testing::shell_quoted(fifo.string()) + " $started\n"
+        "wait $started; echo $?\n");
+    const std::string output = testing::bytes_of(output_file);
+    EXPECT_EQ(result.output, "0\n") << engine << " exited with " << result.output << output;
+    EXPECT_NE(output.find("exiting at iteration 1: SIGTERM received (--exit-signal-handler); checkpoint saved"),
+              std::string::npos) << engine << ": " << output;
+    EXPECT_EQ(checkpoint::read_latest_iteration(save), std::optional<std::int64_t>(1)) << engine << ": " << output;
   }
 }
 
