@@ -7,7 +7,7 @@
 
 #include "production/cuda/device.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 std::string to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
 

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "production/arithmetic.hpp"
 #include "production/comm_lane.hpp"
 #include "production/kernels/attention.hpp"
 #include "production/kernels/cross_entropy.hpp"
@@ -40,7 +41,7 @@
 #include "production/kernels/swiglu.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 enum class Device { cpu, cuda };
 std::string to_string(Device device);  // "cpu" | "cuda"
@@ -115,7 +116,7 @@ class Backend {
 };
 
 // A typed, owning handle to `size` elements of backend memory (zero-filled at creation).
-// Move-only; the memory goes back to its backend when the handle dies. T is float, Bf16, double,
+// Move-only; the memory goes back to its backend when the handle dies. T is Real, Bf16, double,
 // std::int32_t or std::uint8_t.
 template <class T>
 class Buffer {

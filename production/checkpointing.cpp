@@ -6,7 +6,7 @@
 #include "core/checkpoint/sharded.hpp"
 #include "production/collectives/collectives.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 constexpr const char* kEngine = "production";
@@ -25,7 +25,7 @@ checkpoint::CheckpointState make_checkpoint_state(const Trainer& trainer) {
 }
 
 void restore_checkpoint_state(Trainer& trainer, const checkpoint::CheckpointState& saved) {
-  trainer.restore(checkpoint::read_main_checkpoint<float>(kEngine, trainer.config(), trainer.layout(), saved));
+  trainer.restore(checkpoint::read_main_checkpoint<Real>(kEngine, trainer.config(), trainer.layout(), saved));
 }
 
 std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std::filesystem::path& save_dir,
@@ -33,7 +33,7 @@ std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std:
   Collectives& collectives = trainer.collectives();
   if (collectives.size() == 1) return checkpoint::save_checkpoint(save_dir, make_checkpoint_state(trainer), hooks);
   checkpoint::CheckpointState state =
-      checkpoint::main_checkpoint_metadata<float>(kEngine, trainer.config(), trainer.counters());
+      checkpoint::main_checkpoint_metadata<Real>(kEngine, trainer.config(), trainer.counters());
   state.extra = extra_of(trainer);
   const checkpoint::RankExchange ranks{collectives.rank(), collectives.size(), [&collectives](const std::string& text) {
                                          return all_gather_strings(collectives, text);
@@ -44,7 +44,7 @@ std::filesystem::path save_trainer_checkpoint(const Trainer& trainer, const std:
 std::vector<checkpoint::SettingChange> resume_trainer_from(Trainer& trainer, const std::filesystem::path& load_dir) {
   const std::filesystem::path directory = checkpoint::resolve_checkpoint_directory(load_dir);
   const checkpoint::CheckpointState saved = checkpoint::load_checkpoint(directory, {.iteration = {}, .read_optimizer = false, .read_tensors = false});
-  auto changes = checkpoint::check_main_checkpoint<float>(kEngine, trainer.config(), saved);
+  auto changes = checkpoint::check_main_checkpoint<Real>(kEngine, trainer.config(), saved);
   trainer.restore(checkpoint::read_main_state_pieces(directory, trainer.layout(), trainer.state_ranges()),
                   saved.counters);
   return changes;

@@ -14,9 +14,10 @@
 
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/resume_check.hpp"
+#include "production/arithmetic.hpp"
 #include "production/trainer.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // The whole checkpoint of `trainer` as it stands (downloads the main state; gathers it from the
 // shards with the distributed optimizer: every rank calls it).

@@ -1,7 +1,7 @@
 // The cpu backend's lanes (comm_lane.hpp).
 #include "production/comm_lane.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 class InlineLane final : public CommLane {

@@ -23,7 +23,9 @@
 #include <mutex>
 #include <thread>
 
-namespace tandem::production {
+#include "production/arithmetic.hpp"
+
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 class CommLane {
  public:

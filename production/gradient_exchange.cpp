@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 GradientExchange::GradientExchange(Backend& backend, std::shared_ptr<Collectives> replicas, std::int64_t elements,
                                    const ExchangeOptions& options, std::shared_ptr<const StepHooks> hooks)
@@ -18,7 +18,7 @@ GradientExchange::GradientExchange(Backend& backend, std::shared_ptr<Collectives
   overlap_grad_reduce_ = ranks > 1 && options.overlap_grad_reduce;
   overlap_param_gather_ = distributed_ && options.overlap_param_gather;
   lane_ = backend.make_comm_lane(replicas_->callable_from_other_threads());
-  main_grads_ = Buffer<float>(backend, shards_.padded());
+  main_grads_ = Buffer<Real>(backend, shards_.padded());
   if (ranks > 1) {
     // The others' contributions to a slice arrive in rows of at most 2^25 elements in all.
     std::int64_t largest_slice = 0;
@@ -27,7 +27,7 @@ GradientExchange::GradientExchange(Backend& backend, std::shared_ptr<Collectives
     }
     constexpr std::int64_t kReceiveElements = std::int64_t{1} << 25;
     exchange_chunk_ = std::min(largest_slice, std::max(kNormBlockElements, kReceiveElements / (ranks - 1)));
-    received_grads_ = Buffer<float>(backend, (ranks - 1) * exchange_chunk_);
+    received_grads_ = Buffer<Real>(backend, (ranks - 1) * exchange_chunk_);
   }
   norm_blocks_ = Buffer<double>(backend, shards_.rank_elements() / kNormBlockElements);
 }
@@ -122,23 +122,23 @@ void GradientExchange::reduce_bucket(std::size_t bucket) {
   }
   if (!distributed_) {
     replicas_->all_gather_in_place(main_grads_.at(shards_.buckets[bucket].begin),
-                                   slice * static_cast<std::int64_t>(sizeof(float)));
+                                   slice * static_cast<std::int64_t>(sizeof(Real)));
   }
 }
 
-void GradientExchange::sum_in_rank_order(float* mine, std::int64_t count) {
+void GradientExchange::sum_in_rank_order(Real* mine, std::int64_t count) {
   const int ranks = replicas_->size();
   const int rank = replicas_->rank();
   // Rank q's contribution: this rank's own, or the row it arrived in (step (rank - q) mod DP).
   const auto theirs = [&](int q) { return received_grads_.at(((rank - q + ranks) % ranks - 1) * exchange_chunk_); };
-  const auto add = [&](const float* a, const float* b, float* out) {
+  const auto add = [&](const Real* a, const Real* b, Real* out) {
     backend_->add(AddParams{a, b, out, count, DType::f32});
   };
   if (rank == 0) {
     for (int q = 1; q < ranks; ++q) add(mine, theirs(q), mine);
     return;
   }
-  float* below = theirs(0);  // the sum of ranks 0 .. rank-1, in rank 0's row
+  Real* below = theirs(0);  // the sum of ranks 0 .. rank-1, in rank 0's row
   for (int q = 1; q < rank; ++q) add(below, theirs(q), below);
   add(below, mine, mine);
   for (int q = rank + 1; q < ranks; ++q) add(mine, theirs(q), mine);
@@ -196,26 +196,26 @@ void GradientExchange::finish_deferred_gathers(ComputeBuffer& compute) {
   gather_deferred_ = false;
 }
 
-std::vector<float> GradientExchange::gather_flat(const Buffer<float>& kept) const {
+std::vector<Real> GradientExchange::gather_flat(const Buffer<Real>& kept) const {
   if (!distributed_) return kept.download();
-  Buffer<float> whole(*backend_, shards_.padded());
+  Buffer<Real> whole(*backend_, shards_.padded());
   std::int64_t local = 0;
   for (const FlatRange& range : kept_ranges()) {
-    backend_->copy(whole.at(range.begin), kept.at(local), range.count * static_cast<std::int64_t>(sizeof(float)));
+    backend_->copy(whole.at(range.begin), kept.at(local), range.count * static_cast<std::int64_t>(sizeof(Real)));
     local += range.count;
   }
   for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
     replicas_->all_gather_in_place(whole.at(shards_.buckets[bucket].begin),
-                                   shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(float)));
+                                   shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(Real)));
   }
   return whole.download(0, shards_.total);
 }
 
-std::vector<float> GradientExchange::gathered_gradients() {
+std::vector<Real> GradientExchange::gathered_gradients() {
   if (distributed_) {
     for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
       replicas_->all_gather_in_place(main_grads_.at(shards_.buckets[bucket].begin),
-                                     shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(float)));
+                                     shards_.slice(bucket) * static_cast<std::int64_t>(sizeof(Real)));
     }
   }
   return main_grads_.download(0, shards_.total);

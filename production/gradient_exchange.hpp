@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/train/main_state.hpp"
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
 #include "production/comm_lane.hpp"
@@ -33,7 +34,7 @@
 #include "production/sharding.hpp"
 #include "production/step_hooks.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // Elements of the flat buffer per norm partial sum (SPEC 6): fixed, so the norm's order is too,
 // and the alignment of the data-parallel shards (sharding.hpp), so a block never straddles two.
@@ -76,8 +77,8 @@ class GradientExchange {
   std::vector<FlatRange> kept_ranges() const;
 
   // [padded] fp32 main gradients, accumulated over microbatches; zero padding.
-  Buffer<float>& main_grads() { return main_grads_; }
-  const Buffer<float>& main_grads() const { return main_grads_; }
+  Buffer<Real>& main_grads() { return main_grads_; }
+  const Buffer<Real>& main_grads() const { return main_grads_; }
 
   // The step's reduction. begin_forward_backward zeroes the gradients and, when the weight
   // gathers were deferred, submits them to the lane; model_hooks(m, M) are microbatch m of M's
@@ -101,15 +102,15 @@ class GradientExchange {
 
   // The whole flat range [N] of a state buffer that holds kept_ranges() one after another:
   // downloaded when whole on this rank, else the slices all-gathered through a padded scratch.
-  std::vector<float> gather_flat(const Buffer<float>& kept) const;
+  std::vector<Real> gather_flat(const Buffer<Real>& kept) const;
   // The main gradients [N], all-gathered from the slices with the distributed optimizer (tests).
-  std::vector<float> gathered_gradients();
+  std::vector<Real> gathered_gradients();
 
  private:
   void reduce_bucket(std::size_t bucket);
   // `mine` (count elements) := the DP contributions in rank order, the others in
   // received_grads_'s rows.
-  void sum_in_rank_order(float* mine, std::int64_t count);
+  void sum_in_rank_order(Real* mine, std::int64_t count);
   void gather_bucket(ComputeBuffer& compute, std::size_t bucket);
 
   Backend* backend_ = nullptr;
@@ -120,9 +121,9 @@ class GradientExchange {
   bool overlap_grad_reduce_ = false;
   bool overlap_param_gather_ = false;
   std::unique_ptr<CommLane> lane_;
-  Buffer<float> main_grads_;       // [padded]
+  Buffer<Real> main_grads_;       // [padded]
   std::int64_t exchange_chunk_ = 0;  // elements of a slice exchanged at once
-  Buffer<float> received_grads_;   // [(DP-1) x exchange_chunk_] the others' contributions
+  Buffer<Real> received_grads_;   // [(DP-1) x exchange_chunk_] the others' contributions
   // [padded / DP / kNormBlockElements] this rank's slices' squared-norm partials, bucket by bucket
   Buffer<double> norm_blocks_;
   bool gather_deferred_ = false;   // --overlap-param-gather: the next forward all-gathers

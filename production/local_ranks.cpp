@@ -8,7 +8,7 @@
 #include "production/collectives/mpi.hpp"
 #include "production/collectives/staged.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, const ProductionOptions& base,
                        Transport transport) {

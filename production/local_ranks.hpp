@@ -11,11 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "production/arithmetic.hpp"
 #include "production/collectives/collectives.hpp"
 #include "production/collectives/thread_group.hpp"
 #include "production/trainer.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 class LocalRanks {
  public:

@@ -6,7 +6,7 @@
 
 #include "production/sharding.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 std::string describe(std::int64_t begin, std::int64_t count) {
@@ -16,19 +16,19 @@ std::string describe(std::int64_t begin, std::int64_t count) {
 }  // namespace
 
 MainStateShard::MainStateShard(Backend& backend, std::span<const FlatRange> kept,
-                               const std::vector<DecaySegment>& segments, std::span<const float> initial)
+                               const std::vector<DecaySegment>& segments, std::span<const Real> initial)
     : backend_(&backend) {
   for (const FlatRange& range : kept) {
     if (range.count == 0) continue;
     pieces_.push_back(Piece{range.begin, range.count, elements_, segments_in_range(segments, range.begin, range.count)});
     elements_ += range.count;
   }
-  weights_ = Buffer<float>(backend, elements_);
-  exp_avg_ = Buffer<float>(backend, elements_);
-  exp_avg_sq_ = Buffer<float>(backend, elements_);
+  weights_ = Buffer<Real>(backend, elements_);
+  exp_avg_ = Buffer<Real>(backend, elements_);
+  exp_avg_sq_ = Buffer<Real>(backend, elements_);
   for (const Piece& piece : pieces_) {
     backend.copy_from_host(weights_.at(piece.local), initial.data() + piece.begin,
-                           piece.count * static_cast<std::int64_t>(sizeof(float)));
+                           piece.count * static_cast<std::int64_t>(sizeof(Real)));
   }
 }
 
@@ -45,23 +45,23 @@ std::int64_t MainStateShard::local_offset(std::int64_t flat) const {
   return -1;
 }
 
-MainStateSlice<float> MainStateShard::slice(const FlatRange& range) const {
+MainStateSlice<Real> MainStateShard::slice(const FlatRange& range) const {
   const std::int64_t local = local_offset(range.begin);
   if (range.count > 0 && (local < 0 || local_offset(range.begin + range.count - 1) != local + range.count - 1)) {
     throw std::invalid_argument("MainStateShard::slice: " + describe(range.begin, range.count) +
                                 " is not inside one piece this rank keeps");
   }
-  return MainStateSlice<float>{range.begin, weights_.download(local, range.count), exp_avg_.download(local, range.count),
+  return MainStateSlice<Real>{range.begin, weights_.download(local, range.count), exp_avg_.download(local, range.count),
                                exp_avg_sq_.download(local, range.count)};
 }
 
-void MainStateShard::upload(std::span<const MainStateSlice<float>> slices) {
+void MainStateShard::upload(std::span<const MainStateSlice<Real>> slices) {
   if (slices.size() != pieces_.size()) {
     throw std::invalid_argument("Trainer::restore: " + std::to_string(slices.size()) + " pieces for the " +
                                 std::to_string(pieces_.size()) + " ranges this rank keeps");
   }
   for (std::size_t i = 0; i < slices.size(); ++i) {
-    const MainStateSlice<float>& slice = slices[i];
+    const MainStateSlice<Real>& slice = slices[i];
     const Piece& mine = pieces_[i];
     const auto size = static_cast<std::int64_t>(slice.params.size());
     if (slice.begin != mine.begin || size != mine.count || static_cast<std::int64_t>(slice.exp_avg.size()) != size ||
@@ -72,7 +72,7 @@ void MainStateShard::upload(std::span<const MainStateSlice<float>> slices) {
   }
   for (std::size_t i = 0; i < slices.size(); ++i) {
     const Piece& mine = pieces_[i];
-    const auto bytes = mine.count * static_cast<std::int64_t>(sizeof(float));
+    const auto bytes = mine.count * static_cast<std::int64_t>(sizeof(Real));
     backend_->copy_from_host(weights_.at(mine.local), slices[i].params.data(), bytes);
     backend_->copy_from_host(exp_avg_.at(mine.local), slices[i].exp_avg.data(), bytes);
     backend_->copy_from_host(exp_avg_sq_.at(mine.local), slices[i].exp_avg_sq.data(), bytes);

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "core/train/main_state.hpp"
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/kernels/optimizer.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 class MainStateShard {
  public:
@@ -28,7 +29,7 @@ class MainStateShard {
   // The pieces `kept` (in increasing flat order; empty ones left out) with their decay segments
   // cut from `segments` (over the whole flat buffer), weights from `initial` [N], moments 0.
   MainStateShard(Backend& backend, std::span<const FlatRange> kept, const std::vector<DecaySegment>& segments,
-                 std::span<const float> initial);
+                 std::span<const Real> initial);
 
   const std::vector<Piece>& pieces() const { return pieces_; }
   std::int64_t elements() const { return elements_; }  // of all pieces
@@ -36,26 +37,26 @@ class MainStateShard {
   // The offset of flat element `flat` in the state buffers, or -1 when this rank does not keep it.
   std::int64_t local_offset(std::int64_t flat) const;
 
-  Buffer<float>& weights() { return weights_; }        // [elements] fp32 main weights
-  const Buffer<float>& weights() const { return weights_; }
-  Buffer<float>& exp_avg() { return exp_avg_; }        // [elements] fp32 m
-  const Buffer<float>& exp_avg() const { return exp_avg_; }
-  Buffer<float>& exp_avg_sq() { return exp_avg_sq_; }  // [elements] fp32 v
-  const Buffer<float>& exp_avg_sq() const { return exp_avg_sq_; }
+  Buffer<Real>& weights() { return weights_; }        // [elements] fp32 main weights
+  const Buffer<Real>& weights() const { return weights_; }
+  Buffer<Real>& exp_avg() { return exp_avg_; }        // [elements] fp32 m
+  const Buffer<Real>& exp_avg() const { return exp_avg_; }
+  Buffer<Real>& exp_avg_sq() { return exp_avg_sq_; }  // [elements] fp32 v
+  const Buffer<Real>& exp_avg_sq() const { return exp_avg_sq_; }
 
   // The state of `range` (inside one piece), downloaded.
-  MainStateSlice<float> slice(const FlatRange& range) const;
+  MainStateSlice<Real> slice(const FlatRange& range) const;
   // Uploads `slices`, one per piece and equal to it in range; throws std::invalid_argument naming
   // both ranges otherwise (nothing is uploaded then).
-  void upload(std::span<const MainStateSlice<float>> slices);
+  void upload(std::span<const MainStateSlice<Real>> slices);
 
  private:
   Backend* backend_ = nullptr;
   std::vector<Piece> pieces_;
   std::int64_t elements_ = 0;
-  Buffer<float> weights_;
-  Buffer<float> exp_avg_;
-  Buffer<float> exp_avg_sq_;
+  Buffer<Real> weights_;
+  Buffer<Real> exp_avg_;
+  Buffer<Real> exp_avg_sq_;
 };
 
 }  // namespace tandem::production

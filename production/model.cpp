@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 void require(bool holds, const std::string& message) {
@@ -56,8 +56,8 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
   const std::int64_t heads = heads_;
   const std::int64_t half = hd / 2;
   const std::int64_t stream = stream_rows_;
-  epsilon_ = static_cast<float>(config.norm_epsilon);
-  attention_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim())));  // SPEC 4
+  epsilon_ = static_cast<Real>(config.norm_epsilon);
+  attention_scale_ = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(config.head_dim())));  // SPEC 4
   chunk_rows_ = options.logits_chunk_rows > 0 ? std::min(rows_, options.logits_chunk_rows)
                                               : default_logits_chunk_rows(rows_, vocab);
 
@@ -77,20 +77,20 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
     slot.loss_mask = buffer(rows_, std::uint8_t{});
     slot.positions = buffer(rows_, std::int32_t{});
     slot.attention_start = buffer(rows_, std::int32_t{});
-    slot.rope_cosines = buffer(rows_ * half, float{});
-    slot.rope_sines = buffer(rows_ * half, float{});
+    slot.rope_cosines = buffer(rows_ * half, Real{});
+    slot.rope_sines = buffer(rows_ * half, Real{});
   }
   auto whole_block = [&](BlockActivations& block) {
     block.block_input = compute_buffer(stream * d);
-    block.attn_inverse_rms = buffer(stream, float{});
+    block.attn_inverse_rms = buffer(stream, Real{});
     block.attn_normed = compute_buffer(stream * d);
     block.query = compute_buffer(rows_ * query_width);
     block.key = compute_buffer(rows_ * kv_width);
     block.value = compute_buffer(rows_ * kv_width);
     block.context = compute_buffer(rows_ * query_width);
-    block.logsumexp = buffer(rows_ * heads, float{});
+    block.logsumexp = buffer(rows_ * heads, Real{});
     block.mid = compute_buffer(stream * d);
-    block.mlp_inverse_rms = buffer(stream, float{});
+    block.mlp_inverse_rms = buffer(stream, Real{});
     block.mlp_normed = compute_buffer(stream * d);
     block.gate = compute_buffer(rows_ * ffn);
     block.up = compute_buffer(rows_ * ffn);
@@ -124,22 +124,22 @@ DecoderModel::DecoderModel(const ModelConfig& config, const ModelLayout& layout,
   for (BlockActivations& block : recomputed_) whole_block(block);
   stream_ = compute_buffer(stream * d);
   branch_ = compute_buffer(stream * d);
-  final_inverse_rms_ = buffer(stream, float{});
+  final_inverse_rms_ = buffer(stream, Real{});
   final_normed_ = compute_buffer(stream * d);
-  logits_ = buffer(chunk_rows_ * vocab, float{});
+  logits_ = buffer(chunk_rows_ * vocab, Real{});
   if (compute_ != DType::f32) logits_grad_ = compute_buffer(chunk_rows_ * vocab);
   if (tensor_parallel()) {
     if (sequence_parallel_) {
       gathered_ = compute_buffer(rows_ * d);
-      reduced_ = buffer(stream * d, float{});
+      reduced_ = buffer(stream * d, Real{});
     }
     embedded_ = compute_buffer(rows_ * d);
-    partial_ = buffer(rows_ * d, float{});
-    ce_maxima_ = buffer(ranks * chunk_rows_, float{});
-    ce_normalizers_ = buffer(ranks * chunk_rows_, float{});
-    ce_targets_ = buffer(ranks * chunk_rows_, float{});
-    ce_row_stats_ = buffer(chunk_rows_, float{});
-    ce_row_targets_ = buffer(chunk_rows_, float{});
+    partial_ = buffer(rows_ * d, Real{});
+    ce_maxima_ = buffer(ranks * chunk_rows_, Real{});
+    ce_normalizers_ = buffer(ranks * chunk_rows_, Real{});
+    ce_targets_ = buffer(ranks * chunk_rows_, Real{});
+    ce_row_stats_ = buffer(chunk_rows_, Real{});
+    ce_row_targets_ = buffer(chunk_rows_, Real{});
   }
   stream_grad_ = compute_buffer(stream * d);
   normed_grad_ = compute_buffer(stream * d);
@@ -161,7 +161,7 @@ std::int64_t block_bytes(const BlockActivations& block) {
                                       &block.hidden}) {
     bytes += buffer->size() * dtype_bytes(buffer->dtype());
   }
-  for (const Buffer<float>* buffer : {&block.attn_inverse_rms, &block.logsumexp, &block.mlp_inverse_rms}) {
+  for (const Buffer<Real>* buffer : {&block.attn_inverse_rms, &block.logsumexp, &block.mlp_inverse_rms}) {
     bytes += buffer->bytes();
   }
   return bytes;
@@ -258,7 +258,7 @@ void DecoderModel::linear_forward(const void* weights, const Linear& linear, con
 
 void DecoderModel::linear_backward(const void* weights, const Linear& linear, const void* input,
                                    const void* output_grad, void* input_grad, bool accumulate,
-                                   float* main_grads, DType input_grad_dtype) {
+                                   Real* main_grads, DType input_grad_dtype) {
   GemmParams data_grad;  // [rows, in] (+)= [rows, out] x [out, in]
   data_grad.m = rows_;
   data_grad.n = linear.in;
@@ -443,8 +443,8 @@ void DecoderModel::forward_chunk(const void* weights, std::int64_t slot, std::in
 
 const void* DecoderModel::output_projection_input() { return whole_rows(final_normed_.data()); }
 
-void DecoderModel::chunk_cross_entropy(std::int64_t first, std::int64_t chunk, float loss_scale, void* logits_grad,
-                                       float* row_losses) {
+void DecoderModel::chunk_cross_entropy(std::int64_t first, std::int64_t chunk, Real loss_scale, void* logits_grad,
+                                       Real* row_losses) {
   if (!tensor_parallel()) {
     CrossEntropyParams loss;
     loss.logits = logits_.data();
@@ -472,7 +472,7 @@ void DecoderModel::chunk_cross_entropy(std::int64_t first, std::int64_t chunk, f
   loss.maxima = ce_maxima_.data();
   loss.normalizers = ce_normalizers_.data();
   loss.targets = ce_targets_.data();
-  const std::int64_t bytes = chunk * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t bytes = chunk * static_cast<std::int64_t>(sizeof(Real));
   loss.phase = VocabParallelPhase::local_max;
   loss.row_stats = ce_row_stats_.data();
   backend_.vocab_parallel_cross_entropy(loss);
@@ -495,8 +495,8 @@ void DecoderModel::chunk_cross_entropy(std::int64_t first, std::int64_t chunk, f
   backend_.vocab_parallel_cross_entropy(loss);
 }
 
-void DecoderModel::loss_and_output_backward(const void* weights, float loss_scale,
-                                            float* main_grads, float* row_losses) {
+void DecoderModel::loss_and_output_backward(const void* weights, Real loss_scale,
+                                            Real* main_grads, Real* row_losses) {
   const std::int64_t d = config_.hidden_size;
   const std::int64_t vocab = vocab_;
   const void* output_weight = weight_at(weights, layout_.output);  // [V, d]
@@ -549,13 +549,13 @@ void DecoderModel::loss_and_output_backward(const void* weights, float loss_scal
   if (tp && !loss_only) reduce_partial_into(normed_grad_.data());
 }
 
-void DecoderModel::chunk_loss(const void* weights, std::int64_t slot, float* row_losses) {
+void DecoderModel::chunk_loss(const void* weights, std::int64_t slot, Real* row_losses) {
   use_slot(slot);
   loss_and_output_backward(weights, 0.0f, nullptr, row_losses);
 }
 
 void DecoderModel::backward_chunk(const void* weights, std::int64_t slot, std::int64_t chunk, std::int64_t chunk_slot,
-                                  float loss_scale, float* main_grads, float* row_losses) {
+                                  Real loss_scale, Real* main_grads, Real* row_losses) {
   use_slot(slot);
   use_chunk_slot(chunk_slot);
   const std::int64_t d = config_.hidden_size;
@@ -568,7 +568,7 @@ void DecoderModel::backward_chunk(const void* weights, std::int64_t slot, std::i
   const std::int64_t stream = stream_rows_;
   const bool tp = tensor_parallel();
   const AttentionShape attention{micro_batch_size_, seq_, heads, groups, hd};
-  auto rmsnorm_backward = [&](const void* input, std::int64_t weight, const float* inverse_rms,
+  auto rmsnorm_backward = [&](const void* input, std::int64_t weight, const Real* inverse_rms,
                               bool accumulate) {
     RmsnormBackwardParams norm;
     norm.input = input;

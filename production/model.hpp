@@ -33,27 +33,28 @@
 #include "core/data/sample.hpp"
 #include "core/model_layout.hpp"
 #include "core/pipeline_layout.hpp"
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
 #include "production/step_hooks.hpp"
 #include "production/tensor_parallel.hpp"
 #include "production/tensor_parallel_comm.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // What one block's forward keeps for its backward (rows = mbs x seq; stream rows = rows, or
 // rows / TP with sequence parallelism; H, G, F: this TP rank's heads, groups, hidden units).
 struct BlockActivations {
   ComputeBuffer block_input;    // [stream rows, d] residual stream entering the block
-  Buffer<float> attn_inverse_rms;  // [stream rows]
+  Buffer<Real> attn_inverse_rms;  // [stream rows]
   ComputeBuffer attn_normed;    // [stream rows, d]
   ComputeBuffer query;          // [rows, H*hd] after RoPE
   ComputeBuffer key;            // [rows, G*hd] after RoPE
   ComputeBuffer value;          // [rows, G*hd]
   ComputeBuffer context;        // [rows, H*hd] attention output
-  Buffer<float> logsumexp;      // [rows, H]
+  Buffer<Real> logsumexp;      // [rows, H]
   ComputeBuffer mid;            // [stream rows, d] after the attention residual add
-  Buffer<float> mlp_inverse_rms;  // [stream rows]
+  Buffer<Real> mlp_inverse_rms;  // [stream rows]
   ComputeBuffer mlp_normed;     // [stream rows, d]
   ComputeBuffer gate;           // [rows, F]
   ComputeBuffer up;             // [rows, F]
@@ -117,9 +118,9 @@ class DecoderModel {
   // compute-typed weight buffer [N].
   void begin_microbatch(const std::vector<Sample>& samples, std::int64_t slot);
   void forward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk, std::int64_t chunk_slot);
-  void chunk_loss(const void* compute_weights, std::int64_t slot, float* row_losses);
+  void chunk_loss(const void* compute_weights, std::int64_t slot, Real* row_losses);
   void backward_chunk(const void* compute_weights, std::int64_t slot, std::int64_t chunk, std::int64_t chunk_slot,
-                      float loss_scale, float* main_grads, float* row_losses);
+                      Real loss_scale, Real* main_grads, Real* row_losses);
   // This rank's part of the residual stream and of its gradient, [stream rows, d] each: what
   // pipeline stages send and receive (stream_bytes() bytes).
   void* stream() { return stream_.data(); }
@@ -152,8 +153,8 @@ class DecoderModel {
     Buffer<std::uint8_t> loss_mask;        // [rows]
     Buffer<std::int32_t> positions;        // [rows]
     Buffer<std::int32_t> attention_start;  // [rows] within each sample
-    Buffer<float> rope_cosines;            // [rows, hd/2]
-    Buffer<float> rope_sines;              // [rows, hd/2]
+    Buffer<Real> rope_cosines;            // [rows, hd/2]
+    Buffer<Real> rope_sines;              // [rows, hd/2]
   };
   // What one model chunk's layers keep from a microbatch's forward for its backward, by the
   // layer's place in its chunk (the chunks of a rank share the recomputation's pattern).
@@ -176,8 +177,8 @@ class DecoderModel {
   void use_slot(std::int64_t slot);
   void use_chunk_slot(std::int64_t chunk_slot);
   // main_grads == nullptr: the loss alone (chunk_loss).
-  void loss_and_output_backward(const void* weights, float loss_scale, float* main_grads,
-                                float* row_losses);
+  void loss_and_output_backward(const void* weights, Real loss_scale, Real* main_grads,
+                                Real* row_losses);
 
 
   // Linear layers in PyTorch's convention, y = x W^T + b, on `rows_` rows.
@@ -192,9 +193,9 @@ class DecoderModel {
   // gradients += into main. The bias gradient sums `bias_rows` rows of `bias_output_grad`.
   void linear_backward(const void* weights, const Linear& linear, const void* input,
                        const void* output_grad, void* input_grad, bool accumulate,
-                       float* main_grads, DType input_grad_dtype);
+                       Real* main_grads, DType input_grad_dtype);
   void linear_backward(const void* weights, const Linear& linear, const void* input,
-                       const void* output_grad, void* input_grad, bool accumulate, float* main_grads) {
+                       const void* output_grad, void* input_grad, bool accumulate, Real* main_grads) {
     linear_backward(weights, linear, input, output_grad, input_grad, accumulate, main_grads, compute_);
   }
 
@@ -216,8 +217,8 @@ class DecoderModel {
   // The output projection's input [rows, d] from final_normed_ (gathered with SP).
   const void* output_projection_input();
   // The fused or vocabulary-parallel cross-entropy of one chunk of logits_.
-  void chunk_cross_entropy(std::int64_t first, std::int64_t chunk, float loss_scale, void* logits_grad,
-                           float* row_losses);
+  void chunk_cross_entropy(std::int64_t first, std::int64_t chunk, Real loss_scale, void* logits_grad,
+                           Real* row_losses);
   const void* weight_at(const void* weights, std::int64_t tensor_index) const;
   // The hooks' ranges: the embedding, layer `layer`, and the tail (final norm onwards).
   struct FlatSpan {
@@ -256,8 +257,8 @@ class DecoderModel {
   std::int64_t seq_ = 0;
   std::int64_t rows_ = 0;        // mbs x seq (every position of the microbatch)
   std::int64_t chunk_rows_ = 0;  // fused cross-entropy chunk
-  float epsilon_ = 0.0f;         // --norm-epsilon as fp32
-  float attention_scale_ = 0.0f; // 1/sqrt(hd) as fp32
+  Real epsilon_ = 0.0f;         // --norm-epsilon as fp32
+  Real attention_scale_ = 0.0f; // 1/sqrt(hd) as fp32
 
   std::vector<ActivationSlot> slots_;  // [activation slots]
   std::vector<ChunkSlot> chunk_slots_;  // [chunk slots]
@@ -267,21 +268,21 @@ class DecoderModel {
   std::int64_t slot_ = 0;               // the slot of the pass in progress
   ComputeBuffer stream_;                  // [stream rows, d] residual stream (final norm's input)
   ComputeBuffer branch_;                  // [stream rows, d] o_proj / down_proj output before the add
-  Buffer<float> final_inverse_rms_;       // [stream rows]
+  Buffer<Real> final_inverse_rms_;       // [stream rows]
   ComputeBuffer final_normed_;            // [stream rows, d]
-  Buffer<float> logits_;                  // [chunk, V] fp32 (V: this rank's vocabulary rows)
+  Buffer<Real> logits_;                  // [chunk, V] fp32 (V: this rank's vocabulary rows)
   ComputeBuffer logits_grad_;             // [chunk, V] compute dtype (bf16 only; f32 aliases logits_)
 
   // Tensor parallelism's scratch (TP > 1).
   ComputeBuffer gathered_;      // [rows, d] whole rows of a stream tensor (sequence parallel)
   ComputeBuffer embedded_;      // [rows, d] this rank's part of the embedding's sum
-  Buffer<float> partial_;       // [rows, d] fp32 partial of a sum over TP
-  Buffer<float> reduced_;       // [stream rows, d] fp32 reduce-scatter result (sequence parallel)
-  Buffer<float> ce_maxima_;     // [TP, chunk] the vocabulary-parallel cross-entropy's exchanges
-  Buffer<float> ce_normalizers_;  // [TP, chunk]
-  Buffer<float> ce_targets_;    // [TP, chunk]
-  Buffer<float> ce_row_stats_;  // [chunk]
-  Buffer<float> ce_row_targets_;  // [chunk]
+  Buffer<Real> partial_;       // [rows, d] fp32 partial of a sum over TP
+  Buffer<Real> reduced_;       // [stream rows, d] fp32 reduce-scatter result (sequence parallel)
+  Buffer<Real> ce_maxima_;     // [TP, chunk] the vocabulary-parallel cross-entropy's exchanges
+  Buffer<Real> ce_normalizers_;  // [TP, chunk]
+  Buffer<Real> ce_targets_;    // [TP, chunk]
+  Buffer<Real> ce_row_stats_;  // [chunk]
+  Buffer<Real> ce_row_targets_;  // [chunk]
 
   // Backward scratch.
   ComputeBuffer stream_grad_;   // [stream rows, d]

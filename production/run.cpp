@@ -32,7 +32,7 @@
 #include "production/cuda/device.hpp"
 #include "production/trainer.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 Device choose_device(const std::string& requested) {
   if (requested == "cpu") return Device::cpu;

@@ -14,11 +14,12 @@
 #include "core/config.hpp"
 #include "core/train/run_support.hpp"
 #include "core/train/train_options.hpp"
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/mpi.hpp"
 #include "production/trainer.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // What a finished run reports (core/train/run_support.hpp), and the backend that ran it.
 struct RunSummary : tandem::RunSummary {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 FlatShards make_flat_shards(std::int64_t total, std::int64_t ranks, std::int64_t alignment,
                             std::int64_t bucket_elements, std::int64_t leading) {

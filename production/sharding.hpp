@@ -16,9 +16,10 @@
 
 #include "core/config.hpp"
 #include "core/train/main_state.hpp"
+#include "production/arithmetic.hpp"
 #include "production/kernels/optimizer.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 struct FlatShards {
   std::int64_t total = 0;  // N: parameter elements

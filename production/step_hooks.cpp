@@ -3,8 +3,10 @@
 
 #include <cmath>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
+
+constexpr double kSpec6Epsilon = 1e-6;  // SPEC 6: coeff = clip / (norm + 1e-6)
 
 class TestHooks final : public StepHooks {
  public:
@@ -21,7 +23,11 @@ class TestHooks final : public StepHooks {
     return faults_.nonfinite_loss_iterations.count(iteration) != 0 ? faults_.nonfinite_loss_value : loss;
   }
   double clip_norm(double global_norm, double own_slices_norm) const override {
+    if (mutants_.clip_without_epsilon) return global_norm - kSpec6Epsilon;  // clip / (norm - eps + eps)
     return mutants_.shard_local_norm ? own_slices_norm : global_norm;
+  }
+  double adam_epsilon(double eps, double bias_correction2) const override {
+    return mutants_.adam_epsilon_scaled_by_bias_correction ? eps * std::sqrt(bias_correction2) : eps;
   }
   bool wants_own_slices_norm() const override { return mutants_.shard_local_norm; }
   bool rounds_main_gradients_to_bf16_between_microbatches() const override {
@@ -39,9 +45,10 @@ class TestHooks final : public StepHooks {
   std::int64_t sent_microbatch(std::int64_t microbatch, std::int64_t microbatches) const override {
     return mutants_.microbatches_out_of_order ? (microbatch + 1) % microbatches : microbatch;
   }
-  float last_stage_loss_scale(float scale, std::int64_t microbatch_loss_tokens) const override {
+  Real last_stage_loss_scale(Real scale, std::int64_t microbatch_loss_tokens) const override {
+    if (mutants_.loss_scale_one_part_in_a_billion) return static_cast<Real>(scale * (1.0 + 1e-9));
     if (!mutants_.last_stage_microbatch_loss) return scale;
-    return microbatch_loss_tokens > 0 ? static_cast<float>(1.0 / static_cast<double>(microbatch_loss_tokens)) : 0.0f;
+    return microbatch_loss_tokens > 0 ? static_cast<Real>(1.0 / static_cast<double>(microbatch_loss_tokens)) : 0.0f;
   }
 
  private:
@@ -60,7 +67,9 @@ std::shared_ptr<const StepHooks> make_test_hooks(const FaultSchedule& faults, co
                           !mutants.row_parallel_summed_twice && !mutants.row_parallel_not_summed &&
                           !mutants.tied_embedding_not_summed && !mutants.tied_embedding_counted_twice &&
                           !mutants.stage_local_norm && !mutants.microbatches_out_of_order &&
-                          !mutants.last_stage_microbatch_loss;
+                          !mutants.last_stage_microbatch_loss && !mutants.clip_without_epsilon &&
+                          !mutants.adam_epsilon_scaled_by_bias_correction &&
+                          !mutants.loss_scale_one_part_in_a_billion;
   if (no_faults && no_mutants) return nullptr;
   return std::make_shared<TestHooks>(faults, mutants);
 }

@@ -11,12 +11,14 @@
 #include <memory>
 #include <set>
 
-namespace tandem::production {
+#include "production/arithmetic.hpp"
+
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // Write access to one rank's reduced main gradient, for after_reduction: set(flat, value) stores
 // `value` at flat element `flat` when this rank keeps it (a no-op elsewhere).
 struct ReducedGradient {
-  std::function<void(std::int64_t flat, float value)> set;
+  std::function<void(std::int64_t flat, Real value)> set;
 };
 
 class StepHooks {
@@ -39,6 +41,8 @@ class StepHooks {
   // rank's own slices (the skip decision always takes the global norm, so every rank makes the
   // same collective calls whatever this returns).
   virtual double clip_norm(double global_norm, double /*own_slices_norm*/) const { return global_norm; }
+  // SPEC 7: the epsilon AdamW adds to sqrt(v_hat) at a step whose 1 - b2^t is `bias_correction2`.
+  virtual double adam_epsilon(double eps, double /*bias_correction2*/) const { return eps; }
   // Whether clip_norm wants own_slices_norm (which costs a download): false for the identity.
   virtual bool wants_own_slices_norm() const { return false; }
   // SPEC 7: whether the main gradients are rounded to bf16 after each microbatch's backward but the
@@ -69,7 +73,7 @@ class StepHooks {
     return microbatch;
   }
   // the last stage's loss scale of a microbatch with `microbatch_loss_tokens`, given SPEC 5's.
-  virtual float last_stage_loss_scale(float scale, std::int64_t /*microbatch_loss_tokens*/) const { return scale; }
+  virtual Real last_stage_loss_scale(Real scale, std::int64_t /*microbatch_loss_tokens*/) const { return scale; }
 };
 
 // Faults a test injects into a correct run (SPEC 8's skip conditions), as the reference's
@@ -90,6 +94,15 @@ struct ProductionMutants {
   bool shard_local_norm = false;             // clip by this rank's shard's norm, not the global one
   // A precision bug (any parallelism): the main gradients rounded to bf16 between microbatches.
   bool bf16_main_gradients_between_microbatches = false;
+  // Semantic bugs of about one part in a million (any parallelism), which only the semantic twin's
+  // bounds see (production/arithmetic.hpp):
+  bool clip_without_epsilon = false;  // SPEC 6's coefficient as clip / norm (the 1e-6 dropped)
+  // eps * sqrt(1 - b2^t) in place of eps: the Adam paper's "efficient" form, where eps is added
+  // before the bias correction of v.
+  bool adam_epsilon_scaled_by_bias_correction = false;
+  // The loss scale (1 + 1e-9) times SPEC 5's: a denominator one token in a billion short. fp32
+  // cannot even hold it (the scale rounds back); the semantic twin must see it.
+  bool loss_scale_one_part_in_a_billion = false;
   // Tensor-parallel bugs (TP > 1):
   bool unsummed_sequence_parallel_gradients = false;  // norm weights' partial gradients not summed over TP
   bool replicated_counted_per_rank = false;   // a replicated tensor counted TP times in the norm

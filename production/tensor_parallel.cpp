@@ -6,7 +6,7 @@
 
 #include "core/init.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 void require_divisible(std::int64_t value, int size, const std::string& field) {
@@ -220,8 +220,8 @@ std::vector<FlatRange> TensorParallelLayout::kv_shared_ranges() const {
   return out;
 }
 
-std::vector<float> TensorParallelLayout::initial_parameters(const ModelConfig& config, std::uint64_t seed) const {
-  std::vector<float> out(static_cast<std::size_t>(local_.total_elements));
+std::vector<Real> TensorParallelLayout::initial_parameters(const ModelConfig& config, std::uint64_t seed) const {
+  std::vector<Real> out(static_cast<std::size_t>(local_.total_elements));
   for (std::size_t i = 0; i < local_.tensors.size(); ++i) {
     const ParameterTensor& mine = local_.tensors[i];
     const ParameterTensor& whole = full_.tensors[i];

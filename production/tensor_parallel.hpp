@@ -31,8 +31,9 @@
 #include "core/model_layout.hpp"
 #include "core/pipeline_layout.hpp"
 #include "core/train/main_state.hpp"
+#include "production/arithmetic.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 enum class TensorSplit { replicated, rows, columns };
 
@@ -105,7 +106,7 @@ class TensorParallelLayout {
 
   // This rank's initial parameters [local().total_elements]: each element the full tensor's
   // value at its full index (core/init.hpp), so every TP size starts from the same weights.
-  std::vector<float> initial_parameters(const ModelConfig& config, std::uint64_t seed) const;
+  std::vector<Real> initial_parameters(const ModelConfig& config, std::uint64_t seed) const;
 
  private:
   int size_ = 1;

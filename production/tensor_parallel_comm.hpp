@@ -13,10 +13,11 @@
 #include <cstdint>
 #include <memory>
 
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 class TensorParallelComm {
  public:
@@ -30,22 +31,22 @@ class TensorParallelComm {
 
   // shard [count / TP] := rank `rank()`'s part of the sum over ranks of `partial` [count], the
   // parts being consecutive (count divisible by TP). `partial` is read only.
-  void reduce_scatter(const float* partial, float* shard, std::int64_t count);
+  void reduce_scatter(const Real* partial, Real* shard, std::int64_t count);
   // values [count] := the sum over ranks of every rank's `values`, in place, identical on every
   // rank (a reduce-scatter of padded parts, then an all-gather; any count, in chunks of the
   // buffers' capacity).
-  void all_reduce(float* values, std::int64_t count);
+  void all_reduce(Real* values, std::int64_t count);
   // full [TP x part_bytes] := every rank's `part` (part_bytes bytes each) in rank order.
   void all_gather(const void* part, void* full, std::int64_t part_bytes);
 
  private:
-  void all_reduce_chunk(float* values, std::int64_t count);  // count <= TP x part capacity
+  void all_reduce_chunk(Real* values, std::int64_t count);  // count <= TP x part capacity
 
   Backend* backend_ = nullptr;
   std::shared_ptr<Collectives> group_;
-  Buffer<float> received_;  // [(TP-1) x part] the other ranks' contributions to this rank's part
-  Buffer<float> padded_;    // [TP x part] all_reduce's padded copy
-  Buffer<float> part_sum_;  // [part] all_reduce's sum of this rank's part
+  Buffer<Real> received_;  // [(TP-1) x part] the other ranks' contributions to this rank's part
+  Buffer<Real> padded_;    // [TP x part] all_reduce's padded copy
+  Buffer<Real> part_sum_;  // [part] all_reduce's sum of this rank's part
   std::int64_t part_capacity_ = 0;
 };
 

@@ -12,7 +12,7 @@
 #include "core/init.hpp"
 #include "core/schedule.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 // SPEC 6: coeff = clip_grad / (norm + 1e-6).
@@ -41,8 +41,18 @@ void require_layout(const ParallelConfig& parallel, int replicas, int tensor_ran
   }
 }
 
-// SPEC 7's hyperparameters for step t in double, rounded to fp32 once.
-AdamwHyper adamw_hyper(const OptimizerConfig& optimizer, std::int64_t step, double lr, double wd) {
+// SPEC 4's fp32 initial values as this build's Real (exact; a copy only in the semantic build).
+std::vector<Real> as_real(std::vector<float> values) {
+#if defined(TANDEM_PRODUCTION_SEMANTIC)
+  return std::vector<Real>(values.begin(), values.end());
+#else
+  return values;
+#endif
+}
+
+// SPEC 7's hyperparameters for step t in double, rounded to Real once.
+AdamwHyper adamw_hyper(const OptimizerConfig& optimizer, std::int64_t step, double lr, double wd,
+                       const StepHooks& hooks) {
   double beta1_power = 1.0;  // b^t by repeated multiplication, as the reference
   double beta2_power = 1.0;
   for (std::int64_t i = 0; i < step; ++i) {
@@ -50,15 +60,15 @@ AdamwHyper adamw_hyper(const OptimizerConfig& optimizer, std::int64_t step, doub
     beta2_power *= optimizer.adam_beta2;
   }
   AdamwHyper hyper;
-  hyper.lr = static_cast<float>(lr);
-  hyper.weight_decay = static_cast<float>(wd);
-  hyper.beta1 = static_cast<float>(optimizer.adam_beta1);
-  hyper.beta2 = static_cast<float>(optimizer.adam_beta2);
-  hyper.one_minus_beta1 = static_cast<float>(1.0 - optimizer.adam_beta1);
-  hyper.one_minus_beta2 = static_cast<float>(1.0 - optimizer.adam_beta2);
-  hyper.eps = static_cast<float>(optimizer.adam_eps);
-  hyper.bias_correction1 = static_cast<float>(1.0 - beta1_power);
-  hyper.bias_correction2 = static_cast<float>(1.0 - beta2_power);
+  hyper.lr = static_cast<Real>(lr);
+  hyper.weight_decay = static_cast<Real>(wd);
+  hyper.beta1 = static_cast<Real>(optimizer.adam_beta1);
+  hyper.beta2 = static_cast<Real>(optimizer.adam_beta2);
+  hyper.one_minus_beta1 = static_cast<Real>(1.0 - optimizer.adam_beta1);
+  hyper.one_minus_beta2 = static_cast<Real>(1.0 - optimizer.adam_beta2);
+  hyper.eps = static_cast<Real>(hooks.adam_epsilon(optimizer.adam_eps, 1.0 - beta2_power));  // StepHooks point
+  hyper.bias_correction1 = static_cast<Real>(1.0 - beta1_power);
+  hyper.bias_correction2 = static_cast<Real>(1.0 - beta2_power);
   return hyper;
 }
 
@@ -136,6 +146,10 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
                                 " holds a tied embedding but no embedding group of its first and last stage");
   }
   compute_ = config_.optimizer.bf16 ? DType::bf16 : DType::f32;  // SPEC 7
+  if (kSemanticBuild && compute_ == DType::bf16) {
+    throw std::invalid_argument("production trainer (the semantic build, Real = double): --bf16 is refused, "
+                                "its compute stores would round through fp32; fix: run it without --bf16");
+  }
 
   ExchangeOptions exchange;
   exchange.distributed_optimizer = config_.parallel.use_distributed_optimizer;
@@ -148,8 +162,8 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
 
   // SPEC 4: fp32 values, bit-identical to every engine's iteration 0 and to every layout's (each
   // element the full tensor's value at its index); each rank keeps its pieces.
-  const std::vector<float> initial = split_.size() == 1 && split_.pipeline_size() == 1
-                                        ? initial_parameters(config_.model, config_.data.seed)
+  const std::vector<Real> initial = split_.size() == 1 && split_.pipeline_size() == 1
+                                        ? as_real(initial_parameters(config_.model, config_.data.seed))
                                         : split_.initial_parameters(config_.model, config_.data.seed);
   state_ = MainStateShard(*backend_, exchange_.kept_ranges(), decay_segments(layout_), initial);
   if (compute_ != DType::f32 || exchange_.distributed()) {
@@ -179,7 +193,7 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
   }
   if (!tied.empty()) embedding_comm_ = TensorParallelComm(*backend_, embedding_group_, tied.front().count);
   model_ = std::make_unique<DecoderModel>(config_.model, layout_, *backend_, decoder);
-  row_losses_ = Buffer<float>(*backend_, config_.microbatches_per_replica() * model_->rows());
+  row_losses_ = Buffer<Real>(*backend_, config_.microbatches_per_replica() * model_->rows());
   if (split_.pipeline_size() > 1) {  // an exchange moves at most two messages each way (an interleaved step)
     outgoing_ = Buffer<std::uint8_t>(*backend_, 2 * model_->stream_bytes());
     incoming_ = Buffer<std::uint8_t>(*backend_, 2 * model_->stream_bytes());
@@ -343,7 +357,7 @@ double Trainer::replicas_loss_sum(double partial) const {
   const std::int64_t microbatches = config_.microbatches_per_replica();
   const std::int64_t ranks = collectives_->size();
   const std::int64_t rows = model_->rows();
-  const std::vector<float> row_losses = row_losses_.download();  // [microbatches * rows]
+  const std::vector<Real> row_losses = row_losses_.download();  // [microbatches * rows]
   std::vector<double> microbatch_losses(static_cast<std::size_t>(microbatches), 0.0);
   for (std::int64_t m = 0; m < microbatches; ++m) {
     for (std::int64_t row = 0; row < rows; ++row) {
@@ -407,10 +421,10 @@ std::vector<FlatRange> Trainer::full_ranges_of(const std::vector<FlatRange>& loc
   return out;
 }
 
-std::vector<float> Trainer::gather_whole_model(const std::vector<float>& local) const {
+std::vector<Real> Trainer::gather_whole_model(const std::vector<Real>& local) const {
   if (split_.size() == 1 && split_.pipeline_size() == 1) return local;
   if (split_.size() == 1) {  // this stage's elements at their places
-    std::vector<float> whole(static_cast<std::size_t>(split_.full().total_elements), 0.0f);
+    std::vector<Real> whole(static_cast<std::size_t>(split_.full().total_elements), 0.0f);
     auto next = local.begin();
     for (const FlatRange& range : split_.full_ranges(FlatRange{0, layout_.total_elements})) {
       std::copy_n(next, range.count, whole.begin() + static_cast<std::ptrdiff_t>(range.begin));
@@ -419,11 +433,11 @@ std::vector<float> Trainer::gather_whole_model(const std::vector<float>& local) 
     return gather_over_pipeline(std::move(whole));
   }
   const std::int64_t count = layout_.total_elements;
-  Buffer<float> all(*backend_, count * split_.size());  // [TP, local N]
-  backend_->copy_from_host(all.at(split_.rank() * count), local.data(), count * static_cast<std::int64_t>(sizeof(float)));
-  tp_group_->all_gather_in_place(all.data(), count * static_cast<std::int64_t>(sizeof(float)));
-  const std::vector<float> parts = all.download();
-  std::vector<float> whole(static_cast<std::size_t>(split_.full().total_elements));
+  Buffer<Real> all(*backend_, count * split_.size());  // [TP, local N]
+  backend_->copy_from_host(all.at(split_.rank() * count), local.data(), count * static_cast<std::int64_t>(sizeof(Real)));
+  tp_group_->all_gather_in_place(all.data(), count * static_cast<std::int64_t>(sizeof(Real)));
+  const std::vector<Real> parts = all.download();
+  std::vector<Real> whole(static_cast<std::size_t>(split_.full().total_elements));
   for (int rank = 0; rank < split_.size(); ++rank) {
     const TensorParallelLayout theirs(config_.model, split_.size(), rank, *stages_, split_.pipeline_stage());
     auto next = parts.begin() + static_cast<std::ptrdiff_t>(rank * count);
@@ -438,7 +452,7 @@ std::vector<float> Trainer::gather_whole_model(const std::vector<float>& local) 
   const auto holders_agree = [&](const FlatRange& range, int first_holder, int rank) {
     const auto first = parts.begin() + static_cast<std::ptrdiff_t>(first_holder * count + range.begin);
     if (!std::equal(first, first + range.count, parts.begin() + static_cast<std::ptrdiff_t>(rank * count + range.begin),
-                    [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; })) {
+                    [](Real a, Real b) { return std::memcmp(&a, &b, sizeof(Real)) == 0; })) {
       throw std::logic_error("Trainer: tensor-parallel rank " + std::to_string(rank) + " holds other values than rank " +
                              std::to_string(first_holder) + " in the shared elements [" + std::to_string(range.begin) +
                              ", " + std::to_string(range.begin + range.count) + ") of its buffer");
@@ -451,7 +465,7 @@ std::vector<float> Trainer::gather_whole_model(const std::vector<float>& local) 
     for (int rank = 1; rank < split_.size(); ++rank) {
       const auto first = parts.begin() + static_cast<std::ptrdiff_t>(range.begin);
       if (!std::equal(first, first + range.count, first + static_cast<std::ptrdiff_t>(rank * count),
-                      [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; })) {
+                      [](Real a, Real b) { return std::memcmp(&a, &b, sizeof(Real)) == 0; })) {
         throw std::logic_error("Trainer: tensor-parallel rank " + std::to_string(rank) +
                                " holds other values than rank 0 in the replicated elements [" +
                                std::to_string(range.begin) + ", " + std::to_string(range.begin + range.count) +
@@ -465,26 +479,26 @@ std::vector<float> Trainer::gather_whole_model(const std::vector<float>& local) 
 // Each stage's whole-model vector (its elements at their places) all-gathered over the pipeline
 // group; every element taken from the stage that holds it, a tied embedding's two copies checked
 // to be the same bits (the step gives both the same update: a difference is a bug).
-std::vector<float> Trainer::gather_over_pipeline(std::vector<float> stage_whole) const {
+std::vector<Real> Trainer::gather_over_pipeline(std::vector<Real> stage_whole) const {
   const auto count = static_cast<std::int64_t>(stage_whole.size());
-  const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(Real));
   const std::int64_t stages = split_.pipeline_size();
-  Buffer<float> all(*backend_, count * stages);  // [PP, N]
+  Buffer<Real> all(*backend_, count * stages);  // [PP, N]
   backend_->copy_from_host(all.at(split_.pipeline_stage() * count), stage_whole.data(), bytes);
   pipeline_group_->all_gather_in_place(all.data(), bytes);
-  const std::vector<float> parts = all.download();
-  std::vector<float> whole(static_cast<std::size_t>(count), 0.0f);
+  const std::vector<Real> parts = all.download();
+  std::vector<Real> whole(static_cast<std::size_t>(count), 0.0f);
   std::vector<bool> taken(static_cast<std::size_t>(count), false);
   for (std::int64_t stage = 0; stage < stages; ++stage) {
     for (int tensor_rank = 0; tensor_rank < split_.size(); ++tensor_rank) {  // the stage's every TP block
       const TensorParallelLayout theirs(config_.model, split_.size(), tensor_rank, *stages_, stage);
       for (const FlatRange& range : theirs.full_ranges(FlatRange{0, theirs.local().total_elements})) {
         for (std::int64_t flat = range.begin; flat < range.begin + range.count; ++flat) {
-          const float value = parts[static_cast<std::size_t>(stage * count + flat)];
+          const Real value = parts[static_cast<std::size_t>(stage * count + flat)];
           if (!taken[static_cast<std::size_t>(flat)]) {
             whole[static_cast<std::size_t>(flat)] = value;
             taken[static_cast<std::size_t>(flat)] = true;
-          } else if (std::memcmp(&whole[static_cast<std::size_t>(flat)], &value, sizeof(float)) != 0) {
+          } else if (std::memcmp(&whole[static_cast<std::size_t>(flat)], &value, sizeof(Real)) != 0) {
             throw std::logic_error("Trainer: pipeline stage " + std::to_string(stage) +
                                    " holds another value than stage 0 in the tied embedding's element " +
                                    std::to_string(flat));
@@ -513,18 +527,18 @@ void Trainer::restore(const HostState& state) {
                                   " elements for a model of " + std::to_string(total));
     }
   }
-  std::vector<MainStateSlice<float>> pieces;
+  std::vector<MainStateSlice<Real>> pieces;
   for (const FlatRange& range : state_ranges()) {
-    const auto part = [&range](const std::vector<float>& values) {
+    const auto part = [&range](const std::vector<Real>& values) {
       const auto first = values.begin() + range.begin;
-      return std::vector<float>(first, first + range.count);
+      return std::vector<Real>(first, first + range.count);
     };
-    pieces.push_back(MainStateSlice<float>{range.begin, part(state.params), part(state.exp_avg), part(state.exp_avg_sq)});
+    pieces.push_back(MainStateSlice<Real>{range.begin, part(state.params), part(state.exp_avg), part(state.exp_avg_sq)});
   }
   restore(pieces, state.counters);
 }
 
-std::vector<MainStateSlice<float>> Trainer::shard_pieces() const {
+std::vector<MainStateSlice<Real>> Trainer::shard_pieces() const {
   // Each element once among all ranks: a replicated tensor is saved by TP rank 0 only, a shared
   // key/value group (G < TP) by its first holder, a tied embedding by the first stage.
   std::vector<FlatRange> saved;
@@ -547,16 +561,16 @@ std::vector<MainStateSlice<float>> Trainer::shard_pieces() const {
     }
     if (next < end) saved.push_back(FlatRange{next, end - next});
   }
-  std::vector<MainStateSlice<float>> out;
+  std::vector<MainStateSlice<Real>> out;
   for (const FlatRange& range : saved) {
-    MainStateSlice<float> local = state_.slice(range);  // it holds its slices with either optimizer
+    MainStateSlice<Real> local = state_.slice(range);  // it holds its slices with either optimizer
     std::int64_t offset = 0;
     for (const FlatRange& full : split_.full_ranges(range)) {
-      const auto part = [&](const std::vector<float>& values) {
+      const auto part = [&](const std::vector<Real>& values) {
         const auto first = values.begin() + offset;
-        return std::vector<float>(first, first + full.count);
+        return std::vector<Real>(first, first + full.count);
       };
-      out.push_back(MainStateSlice<float>{full.begin, part(local.params), part(local.exp_avg), part(local.exp_avg_sq)});
+      out.push_back(MainStateSlice<Real>{full.begin, part(local.params), part(local.exp_avg), part(local.exp_avg_sq)});
       offset += full.count;
     }
   }
@@ -565,19 +579,19 @@ std::vector<MainStateSlice<float>> Trainer::shard_pieces() const {
 
 std::vector<FlatRange> Trainer::state_ranges() const { return full_ranges_of(state_.ranges()); }
 
-void Trainer::restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters) {
+void Trainer::restore(std::span<const MainStateSlice<Real>> pieces, const Counters& counters) {
   // The whole-model pieces of state_ranges(), in its order, back into this rank's local pieces.
   const std::vector<FlatRange> wanted = state_ranges();
   if (pieces.size() != wanted.size()) {
     throw std::invalid_argument("Trainer::restore: " + std::to_string(pieces.size()) + " pieces for the " +
                                 std::to_string(wanted.size()) + " ranges this rank keeps");
   }
-  std::vector<MainStateSlice<float>> local;
+  std::vector<MainStateSlice<Real>> local;
   std::size_t next = 0;
   for (const FlatRange& range : state_.ranges()) {
-    MainStateSlice<float> piece{range.begin, {}, {}, {}};
+    MainStateSlice<Real> piece{range.begin, {}, {}, {}};
     for (const FlatRange& full : split_.full_ranges(range)) {
-      const MainStateSlice<float>& given = pieces[next];
+      const MainStateSlice<Real>& given = pieces[next];
       if (given.begin != full.begin || static_cast<std::int64_t>(given.params.size()) != full.count ||
           given.exp_avg.size() != given.params.size() || given.exp_avg_sq.size() != given.params.size()) {
         throw std::invalid_argument("Trainer::restore: piece " + std::to_string(next) + " (begin " +
@@ -631,11 +645,11 @@ Trainer::GlobalBatch Trainer::read_global_batch(std::int64_t consumed) const {
 
 // SPEC 5 scales as the reference: 1/(global loss tokens) per-token; microbatch-mean
 // 1/(microbatch loss tokens x microbatches x DP); 0 without loss tokens. Rounded to fp32 once.
-std::vector<float> Trainer::loss_scales(const GlobalBatch& batch) const {
+std::vector<Real> Trainer::loss_scales(const GlobalBatch& batch) const {
   const bool per_token = config_.data.loss_normalization == LossNormalization::per_token;
   const auto replicas = static_cast<double>(config_.microbatches_per_replica() * collectives_->size());
   const std::int64_t denominator = hooks().loss_denominator(batch.loss_tokens, batch.rank_loss_tokens);  // StepHooks point
-  std::vector<float> scales;
+  std::vector<Real> scales;
   for (const auto& samples : batch.microbatches) {
     const std::int64_t tokens = microbatch_loss_tokens(samples);
     double loss_scale = 0.0;
@@ -644,7 +658,7 @@ std::vector<float> Trainer::loss_scales(const GlobalBatch& batch) const {
     } else if (!per_token && tokens > 0) {
       loss_scale = 1.0 / (static_cast<double>(tokens) * replicas);
     }
-    scales.push_back(static_cast<float>(loss_scale));
+    scales.push_back(static_cast<Real>(loss_scale));
   }
   return scales;
 }
@@ -653,7 +667,7 @@ std::vector<float> Trainer::loss_scales(const GlobalBatch& batch) const {
 // SPEC 1: the reduction over replicas (DP > 1), overlapped with the last microbatch's backward or
 // after it (gradient_exchange.hpp).
 void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
-  const std::vector<float> scales = loss_scales(batch);
+  const std::vector<Real> scales = loss_scales(batch);
   const std::int64_t rows = model_->rows();
   // The hooks capture the exchange's step state: the model drops them however the call ends.
   struct DropHooks {
@@ -686,7 +700,7 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
       }
       model_->forward_chunk(compute_weights(), slot, pass.chunk, chunk_slot);
     } else {
-      const float scale = last_stage ? this->hooks().last_stage_loss_scale(scales[m], microbatch_loss_tokens(batch.microbatches[m]))  // StepHooks point
+      const Real scale = last_stage ? this->hooks().last_stage_loss_scale(scales[m], microbatch_loss_tokens(batch.microbatches[m]))  // StepHooks point
                                      : scales[m];
       model_->backward_chunk(compute_weights(), slot, pass.chunk, chunk_slot, scale, exchange_.main_grads().data(),
                              row_losses_.at(pass.microbatch * rows));
@@ -704,7 +718,7 @@ void Trainer::forward_backward_and_reduce(const GlobalBatch& batch) {
 }
 
 void Trainer::round_main_gradients_to_bf16() {
-  Buffer<float>& main_grads = exchange_.main_grads();  // [local N] fp32
+  Buffer<Real>& main_grads = exchange_.main_grads();  // [local N] fp32
   Buffer<Bf16> rounded(*backend_, main_grads.size());   // [local N] bf16
   backend_->convert(ConvertParams{main_grads.data(), rounded.data(), main_grads.size(), DType::f32, DType::bf16});
   backend_->convert(ConvertParams{rounded.data(), main_grads.data(), main_grads.size(), DType::bf16, DType::f32});
@@ -750,16 +764,16 @@ void Trainer::sum_replicated_gradients_over_tp() {
 void Trainer::sum_shared_key_value_gradients() {
   if (split_.kv_sharing() == 1) return;
   const std::int64_t slots = split_.size() / split_.kv_sharing();  // G
-  const auto element = static_cast<std::int64_t>(sizeof(float));
+  const auto element = static_cast<std::int64_t>(sizeof(Real));
   for (const FlatRange& shared : split_.kv_shared_ranges()) {
     for (const FlatRange& kept : exchange_.kept_ranges()) {
       const std::int64_t begin = std::max(shared.begin, kept.begin);
       const std::int64_t end = std::min(shared.begin + shared.count, kept.begin + kept.count);
       if (begin >= end) continue;
       const std::int64_t count = end - begin;
-      Buffer<float> groups(*backend_, slots * count);  // [G, count]
+      Buffer<Real> groups(*backend_, slots * count);  // [G, count]
       groups.zero();
-      float* mine = groups.at(split_.kv_group_begin() * count);
+      Real* mine = groups.at(split_.kv_group_begin() * count);
       backend_->copy(mine, exchange_.main_grads().at(begin), count * element);
       tp_comm_.all_reduce(groups.data(), slots * count);
       backend_->copy(exchange_.main_grads().at(begin), mine, count * element);
@@ -773,17 +787,17 @@ void Trainer::sum_shared_key_value_gradients() {
 // ranks' sums added in rank order.
 GradientNorm Trainer::gradient_norm(bool own_slices) {
   if (split_.size() == 1 && split_.pipeline_size() == 1) return exchange_.norm(own_slices);
-  std::vector<std::vector<float>> saved;
+  std::vector<std::vector<Real>> saved;
   const std::vector<FlatRange> uncounted = not_counted_here();
   for (const FlatRange& range : uncounted) {
     saved.push_back(exchange_.main_grads().download(range.begin, range.count));
-    backend_->fill_zero(exchange_.main_grads().at(range.begin), range.count * static_cast<std::int64_t>(sizeof(float)));
+    backend_->fill_zero(exchange_.main_grads().at(range.begin), range.count * static_cast<std::int64_t>(sizeof(Real)));
   }
   GradientNorm mine = exchange_.norm(own_slices);
   std::size_t next = 0;
   for (const FlatRange& range : uncounted) {
     backend_->copy_from_host(exchange_.main_grads().at(range.begin), saved[next++].data(),
-                             range.count * static_cast<std::int64_t>(sizeof(float)));
+                             range.count * static_cast<std::int64_t>(sizeof(Real)));
   }
   const double sums[2] = {mine.sum_of_squares, mine.own_sum_of_squares};
   const std::vector<double> all = all_gather_values(*tp_group_, sums);  // [TP, 2]
@@ -833,7 +847,7 @@ double Trainer::clip(const GradientNorm& norm, IterationRecord& record) {
   if (coeff >= 1.0) return 1.0;
   record.clipped = true;
   for (const MainStateShard::Piece& piece : state_.pieces()) {
-    backend_->scale(ScaleParams{exchange_.main_grads().at(piece.begin), piece.count, static_cast<float>(coeff)});
+    backend_->scale(ScaleParams{exchange_.main_grads().at(piece.begin), piece.count, static_cast<Real>(coeff)});
   }
   return coeff;
 }
@@ -852,7 +866,7 @@ void Trainer::adamw(std::int64_t step, double lr, double wd) {
     adamw.count = piece.count;
     adamw.segments = piece.segments.data();
     adamw.segment_count = static_cast<std::int64_t>(piece.segments.size());
-    adamw.hyper = adamw_hyper(config_.optimizer, step, lr, wd);
+    adamw.hyper = adamw_hyper(config_.optimizer, step, lr, wd, hooks());
     backend_->adamw(adamw);
   }
   if (exchange_.distributed()) {
@@ -861,7 +875,7 @@ void Trainer::adamw(std::int64_t step, double lr, double wd) {
     if (compute_ == DType::f32) {
       for (const MainStateShard::Piece& piece : state_.pieces()) {
         backend_->copy(compute_weights_.at(piece.begin), state_.weights().at(piece.local),
-                       piece.count * static_cast<std::int64_t>(sizeof(float)));
+                       piece.count * static_cast<std::int64_t>(sizeof(Real)));
       }
     }
     exchange_.publish_weights(compute_weights_, GradientExchange::WeightGather::step);
@@ -902,10 +916,10 @@ IterationRecord Trainer::run_iteration() {
   record.loss_tokens = batch.loss_tokens;
   record.pad_tokens = batch.pad_tokens;
   forward_backward_and_reduce(batch);                                        // SPEC 5, 1
-  hooks().after_reduction(record.iteration, ReducedGradient{[this](std::int64_t full, float value) {
+  hooks().after_reduction(record.iteration, ReducedGradient{[this](std::int64_t full, Real value) {
     const std::int64_t flat = split_.local_index(full);
     if (flat >= 0 && state_.local_offset(flat) >= 0) {
-      backend_->copy_from_host(exchange_.main_grads().at(flat), &value, sizeof(float));
+      backend_->copy_from_host(exchange_.main_grads().at(flat), &value, sizeof(Real));
     }
   }});                                                                       // StepHooks point
   if (keep_last_gradient_) last_gradient_ = gather_whole_model(exchange_.gathered_gradients());

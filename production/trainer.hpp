@@ -42,6 +42,7 @@
 #include "core/model_layout.hpp"
 #include "core/train/main_state.hpp"
 #include "core/train/records.hpp"
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
 #include "production/gradient_exchange.hpp"
@@ -54,7 +55,7 @@
 #include "production/tensor_parallel_comm.hpp"
 #include "production/update_audit.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // This rank's collectives, made once its backend exists (NCCL needs the backend's stream).
 using CollectivesFactory = std::function<std::shared_ptr<Collectives>(Backend& backend)>;
@@ -100,7 +101,7 @@ struct PipelineTimeline {
 };
 
 // The main state on the host, as a checkpoint holds it (fp32, SPEC 9).
-using HostState = MainState<float>;
+using HostState = MainState<Real>;
 
 using SampleProvider = std::function<Sample(std::int64_t global_index)>;
 
@@ -174,11 +175,11 @@ class Trainer {
   // row): this rank's shard of the main state, its slices of the buckets cut at N (it holds them
   // with either optimizer), and the flat ranges this rank keeps: its slices with the distributed
   // optimizer, else its whole part.
-  std::vector<MainStateSlice<float>> shard_pieces() const;
+  std::vector<MainStateSlice<Real>> shard_pieces() const;
   std::vector<FlatRange> state_ranges() const;
   // Restores from `pieces`, one per state_ranges() entry and equal to it in range, and the
   // counters (every rank calls it: the compute copy is rebuilt collectively).
-  void restore(std::span<const MainStateSlice<float>> pieces, const Counters& counters);
+  void restore(std::span<const MainStateSlice<Real>> pieces, const Counters& counters);
 
   // --audit-params: which flat elements to report in each iteration record (sorted).
   void set_audit_elements(std::vector<std::int64_t> elements) { audit_->set_elements(std::move(elements)); }
@@ -187,7 +188,7 @@ class Trainer {
   // download per iteration; gathered from the shards with the distributed optimizer, so with DP > 1
   // every rank must set it alike, as set_audit_elements).
   void keep_last_gradient(bool keep) { keep_last_gradient_ = keep; }
-  const std::vector<float>& last_gradient() const { return last_gradient_; }
+  const std::vector<Real>& last_gradient() const { return last_gradient_; }
   // The last iteration's pipeline timeline (ProductionOptions::pipeline_timeline, PP > 1), else empty.
   const std::optional<PipelineTimeline>& last_timeline() const { return last_timeline_; }
   // The last iteration's masked CE sum (double, summed over rows in order) for tests.
@@ -208,7 +209,7 @@ class Trainer {
 
   // The step's phases, in order (run_iteration).
   GlobalBatch read_global_batch(std::int64_t consumed) const;           // SPEC 2, 5
-  std::vector<float> loss_scales(const GlobalBatch& batch) const;       // SPEC 5
+  std::vector<Real> loss_scales(const GlobalBatch& batch) const;       // SPEC 5
   void forward_backward_and_reduce(const GlobalBatch& batch);           // SPEC 5, 1
   double global_loss(const GlobalBatch& batch, std::int64_t iteration); // SPEC 5
   double clip(const GradientNorm& norm, IterationRecord& record);       // SPEC 6
@@ -259,8 +260,8 @@ class Trainer {
   std::vector<FlatRange> not_counted_here() const;
   // A local buffer [local N] on every rank of the TP and PP groups -> the whole model's [N], each
   // rank's elements at their places (collective over TP, then PP).
-  std::vector<float> gather_whole_model(const std::vector<float>& local) const;
-  std::vector<float> gather_over_pipeline(std::vector<float> stage_whole) const;
+  std::vector<Real> gather_whole_model(const std::vector<Real>& local) const;
+  std::vector<Real> gather_over_pipeline(std::vector<Real> stage_whole) const;
   // The whole-model ranges this rank keeps, each TP-local piece expanded.
   std::vector<FlatRange> full_ranges_of(const std::vector<FlatRange>& local) const;
   const StepHooks& hooks() const { return *hooks_; }
@@ -289,7 +290,7 @@ class Trainer {
   // fp32 main weights are whole on this rank and serve as the compute weights.
   ComputeBuffer compute_weights_;
   std::unique_ptr<UpdateAudit> audit_;
-  Buffer<float> row_losses_;       // [microbatches, mbs*seq] masked CE per position
+  Buffer<Real> row_losses_;       // [microbatches, mbs*seq] masked CE per position
   std::unique_ptr<DecoderModel> model_;
   Buffer<std::uint8_t> outgoing_;  // [2, stream bytes] what this stage sends next (PP > 1)
   std::optional<PipelineTimeline> last_timeline_;
@@ -297,7 +298,7 @@ class Trainer {
   Buffer<std::uint8_t> incoming_;  // [2, stream bytes] what it received for the passes ahead
 
   bool keep_last_gradient_ = false;
-  std::vector<float> last_gradient_;  // [N] filled only when keep_last_gradient_ (tests)
+  std::vector<Real> last_gradient_;  // [N] filled only when keep_last_gradient_ (tests)
   double last_loss_sum_ = 0;
 };
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 std::vector<double> UpdateAudit::owned_values(std::size_t values_per_element, const Read& read) const {
   // Each element's row: its values, then 1 on the owner's row (0 elsewhere).

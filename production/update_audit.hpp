@@ -12,11 +12,12 @@
 
 #include "core/model_layout.hpp"
 #include "core/train/records.hpp"
+#include "production/arithmetic.hpp"
 #include "production/gradient_exchange.hpp"
 #include "production/main_state_shard.hpp"
 #include "production/tensor_parallel.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 class UpdateAudit {
  public:

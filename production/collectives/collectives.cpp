@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 class SingleRank final : public Collectives {
@@ -15,7 +15,7 @@ class SingleRank final : public Collectives {
   void all_gather_host(const double* sent, double* received, std::int64_t count) override {
     std::copy(sent, sent + count, received);
   }
-  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
+  void send_receive(const Real* sent, int to, Real* received, int from, std::int64_t count) override {
     // Host or device memory alike would need the backend; the trainer never calls the data plane
     // with one rank (there is nothing to exchange), so reaching this is a bug.
     (void)sent, (void)to, (void)received, (void)from, (void)count;

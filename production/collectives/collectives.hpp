@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace tandem::production {
+#include "production/arithmetic.hpp"
+
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // One rank's part of a point-to-point exchange (pipeline stages): each send's `bytes` of `data`
 // to rank `to`, each receive's `bytes` into `data` from rank `from`. Messages from one rank to
@@ -61,7 +63,7 @@ class Collectives {
   // floats to rank `to` and receives `count` floats from rank `from` into `received`; every rank
   // calls it together, and the pairs fit (the rank this one sends to receives from it). The
   // reduce-scatter of the main gradients is size() - 1 such steps (the trainer sums as it goes).
-  virtual void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) = 0;
+  virtual void send_receive(const Real* sent, int to, Real* received, int from, std::int64_t count) = 0;
 
   // Data plane, in place: `buffer` is [size, chunk_bytes]; afterwards every rank holds every
   // rank's part r (its bytes [r * chunk_bytes, (r + 1) * chunk_bytes)) as that rank had it.

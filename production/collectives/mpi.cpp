@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 void check(int status, const char* call) {
@@ -55,10 +55,11 @@ class MpiCollectives final : public Collectives {
     const int n = int_count(count, "all_gather_host");
     check(MPI_Allgather(sent, n, MPI_DOUBLE, received, n, MPI_DOUBLE, communicator_), "MPI_Allgather");
   }
-  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
+  void send_receive(const Real* sent, int to, Real* received, int from, std::int64_t count) override {
     const int n = int_count(count, "send_receive");
     constexpr int kTag = 0;  // one exchange at a time: the ranks call it in the same order
-    check(MPI_Sendrecv(sent, n, MPI_FLOAT, to, kTag, received, n, MPI_FLOAT, from, kTag, communicator_,
+    const MPI_Datatype real = kSemanticBuild ? MPI_DOUBLE : MPI_FLOAT;  // arithmetic.hpp
+    check(MPI_Sendrecv(sent, n, real, to, kTag, received, n, real, from, kTag, communicator_,
                        MPI_STATUS_IGNORE),
           "MPI_Sendrecv");
   }

@@ -8,9 +8,10 @@
 #include <string>
 
 #include "core/rank_grid.hpp"
+#include "production/arithmetic.hpp"
 #include "production/collectives/collectives.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // True when the environment says an MPI launcher started this process: Open MPI's mpirun
 // (OMPI_COMM_WORLD_SIZE), a PMIx launcher such as `srun --mpi=pmix` or mpirun (PMIX_RANK), or a

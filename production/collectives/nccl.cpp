@@ -11,7 +11,7 @@
 
 #include "production/collectives/mpi.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 void check(ncclResult_t status, const char* call) {
@@ -44,7 +44,7 @@ class NcclCollectives final : public Collectives {
     control_->all_gather_host(sent, received, count);
   }
   // A send and a receive fused in one group (NCCL's sendrecv form), so neither blocks the other.
-  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
+  void send_receive(const Real* sent, int to, Real* received, int from, std::int64_t count) override {
     const auto elements = static_cast<std::size_t>(count);
     check(ncclGroupStart(), "ncclGroupStart");
     check(ncclSend(sent, elements, ncclFloat32, to, comm_, stream()), "ncclSend");

@@ -5,10 +5,11 @@
 
 #include <memory>
 
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // The collectives of the ranks of `control` over NCCL, on `backend`'s CUDA stream: `control` is
 // the same ranks' host-memory collectives (MPI_COMM_WORLD when null, or a grid group's

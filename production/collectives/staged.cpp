@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 class HostStagedCollectives final : public Collectives {
@@ -24,10 +24,10 @@ class HostStagedCollectives final : public Collectives {
   void all_gather_host(const double* sent, double* received, std::int64_t count) override {
     host_->all_gather_host(sent, received, count);
   }
-  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
-    const auto bytes = count * static_cast<std::int64_t>(sizeof(float));
-    std::vector<float> outgoing(static_cast<std::size_t>(count));
-    std::vector<float> incoming(static_cast<std::size_t>(count));
+  void send_receive(const Real* sent, int to, Real* received, int from, std::int64_t count) override {
+    const auto bytes = count * static_cast<std::int64_t>(sizeof(Real));
+    std::vector<Real> outgoing(static_cast<std::size_t>(count));
+    std::vector<Real> incoming(static_cast<std::size_t>(count));
     backend_->synchronize();
     if (count > 0) backend_->copy_to_host(outgoing.data(), sent, bytes);
     host_->send_receive(outgoing.data(), to, incoming.data(), from, count);

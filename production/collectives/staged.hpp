@@ -8,10 +8,11 @@
 
 #include <memory>
 
+#include "production/arithmetic.hpp"
 #include "production/backend.hpp"
 #include "production/collectives/collectives.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // `host`'s ranks, exchanging `backend`'s memory through host buffers. Never called from a lane's
 // worker thread (callable_from_other_threads() is false: the lane runs inline).

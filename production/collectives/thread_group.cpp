@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 // What the ranks of one group share: a reusable barrier that can be abandoned, and each rank's
@@ -92,11 +92,11 @@ class ThreadRank final : public Collectives {
     });
   }
   // Each rank publishes what it sends; the rank it sends to copies it (the pairs fit).
-  void send_receive(const float* sent, int to, float* received, int from, std::int64_t count) override {
+  void send_receive(const Real* sent, int to, Real* received, int from, std::int64_t count) override {
     (void)to;
     exchange(sent, [&](int rank, const void* theirs) {
       if (rank != from || count == 0) return;
-      std::memcpy(received, theirs, static_cast<std::size_t>(count) * sizeof(float));
+      std::memcpy(received, theirs, static_cast<std::size_t>(count) * sizeof(Real));
     });
   }
   void all_gather_in_place(void* buffer, std::int64_t chunk_bytes) override {

@@ -8,9 +8,10 @@
 #include <memory>
 #include <vector>
 
+#include "production/arithmetic.hpp"
 #include "production/collectives/collectives.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // `size` collectives, element r for rank r; each must be used from its own thread, and every
 // rank must make the same calls in the same order.

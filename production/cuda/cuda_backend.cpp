@@ -15,7 +15,7 @@
 #include "production/cuda/device.hpp"
 #include "production/cuda/gemm_cublaslt.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 // Scratch for every op: the GEMM's fixed cuBLASLt workspace and the kernels' (the embedding's

@@ -160,7 +160,7 @@ std::string gemm_algorithm_log() {
 
 }  // namespace tandem::cuda
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 void gemm_cuda(const GemmParams& p, const CudaLaunch& launch) {
   if (p.a.dtype != p.b.dtype) {

@@ -10,10 +10,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "production/arithmetic.hpp"
 #include "production/cuda/check.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production::cuda_detail {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC::cuda_detail {
 
 // Storage types of compute-typed arrays: float (f32) or Bf16 (the upper half of a binary32).
 __device__ __forceinline__ float load(const float* data, std::int64_t index) { return data[index]; }

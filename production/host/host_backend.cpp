@@ -6,7 +6,7 @@
 
 #include "production/backend.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 class HostBackend final : public Backend {

@@ -26,7 +26,7 @@
 #include "production/kernels/attention.hpp"
 #include "production/kernels/attention_tensor_core.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 using namespace cuda_detail;

@@ -18,9 +18,10 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // Keys a tile of the bf16 forward's online softmax: its running max, which the bf16 probabilities
 // are rounded relative to, advances a tile at a time (attention_tensor_core.cu's kKeys).
@@ -40,9 +41,9 @@ struct AttentionForwardParams {
   const void* value = nullptr;               // [samples*seq, G*hd] compute dtype
   const std::int32_t* attention_start = nullptr;  // [samples*seq], within the sample, <= t
   void* context = nullptr;                   // [samples*seq, H*hd] compute dtype
-  float* logsumexp = nullptr;                // [samples*seq, H] fp32: log sum_s exp(z_ts)
+  Real* logsumexp = nullptr;                // [samples*seq, H] fp32: log sum_s exp(z_ts)
   AttentionShape shape;
-  float scale = 1.0f;                        // 1/sqrt(hd), computed in double, rounded once
+  Real scale = 1.0f;                        // 1/sqrt(hd), computed in double, rounded once
   DType dtype = DType::f32;
 };
 
@@ -56,14 +57,14 @@ struct AttentionBackwardParams {
   const void* key = nullptr;                 // [samples*seq, G*hd]
   const void* value = nullptr;               // [samples*seq, G*hd]
   const void* context = nullptr;             // [samples*seq, H*hd] the forward's output
-  const float* logsumexp = nullptr;          // [samples*seq, H] from the forward
+  const Real* logsumexp = nullptr;          // [samples*seq, H] from the forward
   const void* context_grad = nullptr;        // [samples*seq, H*hd]
   const std::int32_t* attention_start = nullptr;  // [samples*seq]
   void* query_grad = nullptr;                // [samples*seq, H*hd] compute dtype, =
   void* key_grad = nullptr;                  // [samples*seq, G*hd] compute dtype, =
   void* value_grad = nullptr;                // [samples*seq, G*hd] compute dtype, =
   AttentionShape shape;
-  float scale = 1.0f;
+  Real scale = 1.0f;
   DType dtype = DType::f32;
 };
 

@@ -7,9 +7,10 @@
 #include <climits>
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/cuda/kernel_support.cuh"
 
-namespace tandem::production::attention_detail {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC::attention_detail {
 
 // D[row, head] = dctx . ctx in fp32, dimensions increasing (the host twin's D_t).
 template <class T>

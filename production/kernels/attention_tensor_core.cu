@@ -37,7 +37,7 @@
 #include "production/kernels/attention_common.cuh"
 #include "production/kernels/attention_tensor_core.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 using namespace cuda_detail;

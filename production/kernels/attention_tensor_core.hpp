@@ -2,9 +2,10 @@
 // points when the compute dtype is bf16. Internal to production/kernels: callers use attention.hpp.
 #pragma once
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/attention.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // dtype must be bf16 and head_dim in [1, 128] (checked; the message names the field).
 void attention_forward_tensor_core(const AttentionForwardParams& params, const CudaLaunch& launch);

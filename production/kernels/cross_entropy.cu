@@ -6,7 +6,7 @@
 #include "production/cuda/kernel_support.cuh"
 #include "production/kernels/cross_entropy.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 using namespace cuda_detail;

@@ -7,9 +7,10 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // For a row with loss_mask 1: lse = max + log(sum_c exp(z_c - max)) in fp32,
 // row_losses[t] = lse - z[label], logits_grad[t, c] = loss_scale * (exp(z_c - lse) - [c == label]).
@@ -18,15 +19,15 @@ namespace tandem::production {
 // Loss only (evaluation, docs/DATA.md section 12): logits_grad = nullptr writes row_losses alone,
 // the same values bit for bit as with a gradient, and never touches a gradient.
 struct CrossEntropyParams {
-  const float* logits = nullptr;            // [rows, vocab] fp32
+  const Real* logits = nullptr;            // [rows, vocab] fp32
   const std::int32_t* labels = nullptr;     // [rows], in [0, vocab)
   const std::uint8_t* loss_mask = nullptr;  // [rows], 0 or 1
-  float* row_losses = nullptr;              // [rows] fp32
+  Real* row_losses = nullptr;              // [rows] fp32
   void* logits_grad = nullptr;              // [rows, vocab] grad_dtype; may alias logits for f32;
                                             // nullptr: loss only
   std::int64_t rows = 0;
   std::int64_t vocab = 0;                   // padded vocabulary V
-  float loss_scale = 0.0f;                  // SPEC 5: 1/(global loss tokens) for per-token
+  Real loss_scale = 0.0f;                  // SPEC 5: 1/(global loss tokens) for per-token
   DType grad_dtype = DType::f32;            // the compute dtype (the backward GEMMs' input)
 };
 
@@ -49,21 +50,21 @@ enum class VocabParallelPhase { local_max, local_sums, finish };
 
 struct VocabParallelCrossEntropyParams {
   VocabParallelPhase phase = VocabParallelPhase::local_max;
-  const float* logits = nullptr;            // [rows, vocab] fp32, this rank's vocabulary rows
+  const Real* logits = nullptr;            // [rows, vocab] fp32, this rank's vocabulary rows
   const std::int32_t* labels = nullptr;     // [rows], in [0, vocab x ranks)
   const std::uint8_t* loss_mask = nullptr;  // [rows]
   std::int64_t rows = 0;
   std::int64_t vocab = 0;                   // this rank's vocabulary rows
   std::int64_t vocab_begin = 0;             // its first
   std::int64_t ranks = 1;                   // TP
-  const float* maxima = nullptr;            // [ranks, rows] local_max's outputs (local_sums, finish)
-  const float* normalizers = nullptr;       // [ranks, rows] local_sums' row_stats (finish)
-  const float* targets = nullptr;           // [ranks, rows] local_sums' row_targets (finish)
-  float* row_stats = nullptr;               // [rows] out: local_max, local_sums
-  float* row_targets = nullptr;             // [rows] out: local_sums
-  float* row_losses = nullptr;              // [rows] out: finish
+  const Real* maxima = nullptr;            // [ranks, rows] local_max's outputs (local_sums, finish)
+  const Real* normalizers = nullptr;       // [ranks, rows] local_sums' row_stats (finish)
+  const Real* targets = nullptr;           // [ranks, rows] local_sums' row_targets (finish)
+  Real* row_stats = nullptr;               // [rows] out: local_max, local_sums
+  Real* row_targets = nullptr;             // [rows] out: local_sums
+  Real* row_losses = nullptr;              // [rows] out: finish
   void* logits_grad = nullptr;              // [rows, vocab] grad_dtype, may alias logits (f32)
-  float loss_scale = 0.0f;
+  Real loss_scale = 0.0f;
   DType grad_dtype = DType::f32;
 };
 

@@ -4,7 +4,7 @@
 #include "production/cuda/kernel_support.cuh"
 #include "production/kernels/elementwise.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 using namespace cuda_detail;

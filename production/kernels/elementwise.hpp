@@ -5,9 +5,10 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // output[i] = input[i] converted (f32 -> bf16 rounds to nearest even; bf16 -> f32 is exact).
 struct ConvertParams {
@@ -39,7 +40,7 @@ struct BiasAddParams {
 // bias_grad[j] += sum over rows (increasing) of output_grad[row, j], in fp32.
 struct BiasGradParams {
   const void* output_grad = nullptr;  // [rows, width] compute dtype
-  float* bias_grad = nullptr;         // [width] fp32 main gradient, +=
+  Real* bias_grad = nullptr;         // [width] fp32 main gradient, +=
   std::int64_t rows = 0;
   std::int64_t width = 0;
   DType dtype = DType::f32;

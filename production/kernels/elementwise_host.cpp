@@ -1,7 +1,7 @@
 // Host twins of the elementwise ops (elementwise.hpp).
 #include "production/kernels/elementwise.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 void convert_host(const ConvertParams& p) {
   for (std::int64_t i = 0; i < p.count; ++i) {

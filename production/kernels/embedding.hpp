@@ -5,9 +5,10 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // Vocabulary-parallel (tensor parallelism): the table holds rows [vocab_begin, vocab_begin +
 // vocab_rows) of the vocabulary; a token outside them gives a row of zeros (its rank's part of
@@ -29,7 +30,7 @@ struct EmbeddingForwardParams {
 struct EmbeddingBackwardParams {
   const std::int32_t* tokens = nullptr;  // [rows]
   const void* output_grad = nullptr;     // [rows, width] compute dtype
-  float* table_grad = nullptr;           // [vocab, width] fp32 main gradient, +=
+  Real* table_grad = nullptr;           // [vocab, width] fp32 main gradient, +=
   std::int64_t rows = 0;
   std::int64_t width = 0;
   std::int64_t vocab = 0;                // rows of table_grad (the padded vocabulary, or a TP rank's part)

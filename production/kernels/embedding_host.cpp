@@ -1,7 +1,7 @@
 // Host twin of the token embedding (embedding.hpp).
 #include "production/kernels/embedding.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 void embedding_forward_host(const EmbeddingForwardParams& p) {
   for (std::int64_t t = 0; t < p.rows; ++t) {
@@ -21,7 +21,7 @@ void embedding_backward_host(const EmbeddingBackwardParams& p) {
   for (std::int64_t t = 0; t < p.rows; ++t) {
     const std::int64_t token = static_cast<std::int64_t>(p.tokens[t]) - p.vocab_begin;
     if (token < 0 || token >= p.vocab) continue;  // another rank's row
-    float* row = p.table_grad + token * p.width;  // [width]
+    Real* row = p.table_grad + token * p.width;  // [width]
     for (std::int64_t j = 0; j < p.width; ++j) {
       row[j] += load_as_f32(p.output_grad, p.dtype, t * p.width + j);
     }

@@ -8,9 +8,10 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 enum class Transpose : std::uint8_t { no, yes };
 
@@ -30,8 +31,8 @@ struct GemmParams {
   GemmOperand b;            // op(B): [k, n]
   void* c = nullptr;        // [m, n] c_dtype
   DType c_dtype = DType::f32;
-  float alpha = 1.0f;
-  float beta = 0.0f;        // 0: C is overwritten (never read); 1: accumulate into C
+  Real alpha = 1.0f;
+  Real beta = 0.0f;        // 0: C is overwritten (never read); 1: accumulate into C
 };
 
 // The cpu backend's GEMM (register-blocked), and the same arithmetic one element at a time: the

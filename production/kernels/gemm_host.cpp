@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 void require_one_input_dtype(const GemmParams& p) {
@@ -26,22 +26,22 @@ void require_one_input_dtype(const GemmParams& p) {
 }
 
 // op(M)[r][d] as fp32, whatever M's storage (`transposed_storage`: M is stored [depth, rows]).
-float element(const GemmOperand& operand, std::int64_t rows, std::int64_t depth, bool transposed_storage,
+Real element(const GemmOperand& operand, std::int64_t rows, std::int64_t depth, bool transposed_storage,
               std::int64_t r, std::int64_t d) {
   return load_as_f32(operand.data, operand.dtype, transposed_storage ? d * rows + r : r * depth + d);
 }
 
 // C[i][j] = alpha * sum (+ beta * C[i][j]), rounded once into C's dtype.
-void finish(const GemmParams& p, std::int64_t i, std::int64_t j, float sum) {
-  float value = p.alpha * sum;
+void finish(const GemmParams& p, std::int64_t i, std::int64_t j, Real sum) {
+  Real value = p.alpha * sum;
   if (p.beta != 0.0f) value += p.beta * load_as_f32(p.c, p.c_dtype, i * p.n + j);
   store_from_f32(p.c, p.c_dtype, i * p.n + j, value);
 }
 
 // Panels reused across calls (no allocation per call once they are large enough).
 struct Panels {
-  std::vector<float> a;  // [m tiles][k][kTileRows]: a tile's 4 rows at step l side by side
-  std::vector<float> b;  // [n tiles][k][kTileColumns]: a tile's 8 columns at step l side by side
+  std::vector<Real> a;  // [m tiles][k][kTileRows]: a tile's 4 rows at step l side by side
+  std::vector<Real> b;  // [n tiles][k][kTileColumns]: a tile's 8 columns at step l side by side
 };
 Panels& thread_panels() {
   thread_local Panels panels;
@@ -53,8 +53,8 @@ Panels& thread_panels() {
 void gemm_host_ordered(const GemmParams& p) {
   require_one_input_dtype(p);
   // op(A) as [m, k] and op(B)^T as [n, k], widened to fp32; then each C element one dot product.
-  std::vector<float> a(static_cast<std::size_t>(p.m * p.k));  // [m, k]
-  std::vector<float> b(static_cast<std::size_t>(p.n * p.k));  // [n, k]
+  std::vector<Real> a(static_cast<std::size_t>(p.m * p.k));  // [m, k]
+  std::vector<Real> b(static_cast<std::size_t>(p.n * p.k));  // [n, k]
   for (std::int64_t i = 0; i < p.m; ++i) {
     for (std::int64_t l = 0; l < p.k; ++l) a[static_cast<std::size_t>(i * p.k + l)] = element(p.a, p.m, p.k, p.a.transpose == Transpose::yes, i, l);
   }
@@ -62,10 +62,10 @@ void gemm_host_ordered(const GemmParams& p) {
     for (std::int64_t l = 0; l < p.k; ++l) b[static_cast<std::size_t>(j * p.k + l)] = element(p.b, p.n, p.k, p.b.transpose == Transpose::no, j, l);
   }
   for (std::int64_t i = 0; i < p.m; ++i) {
-    const float* a_row = a.data() + i * p.k;  // [k]
+    const Real* a_row = a.data() + i * p.k;  // [k]
     for (std::int64_t j = 0; j < p.n; ++j) {
-      const float* b_row = b.data() + j * p.k;  // [k]
-      float sum = 0.0f;
+      const Real* b_row = b.data() + j * p.k;  // [k]
+      Real sum = 0.0f;
       for (std::int64_t l = 0; l < p.k; ++l) sum += a_row[l] * b_row[l];
       finish(p, i, j, sum);
     }
@@ -80,7 +80,7 @@ namespace {
 // compiled for (baseline SSE2, or AVX2 without FMA) is the one its vectors use.
 template <class Lanes, std::int64_t kRows, std::int64_t kVectors>
 [[gnu::always_inline]] inline void gemm_blocked(const GemmParams& p) {
-  constexpr std::int64_t kLanes = sizeof(Lanes) / sizeof(float);
+  constexpr std::int64_t kLanes = sizeof(Lanes) / sizeof(Real);
   constexpr std::int64_t kColumns = kVectors * kLanes;
   const bool a_transposed = p.a.transpose == Transpose::yes;
   const bool b_plain = p.b.transpose == Transpose::no;
@@ -94,18 +94,18 @@ template <class Lanes, std::int64_t kRows, std::int64_t kVectors>
   panels.a.assign(static_cast<std::size_t>(row_tiles * k * kRows), 0.0f);
   panels.b.assign(static_cast<std::size_t>(column_tiles * k * kColumns), 0.0f);
   for (std::int64_t i = 0; i < p.m; ++i) {
-    float* tile = panels.a.data() + (i / kRows) * k * kRows + i % kRows;
+    Real* tile = panels.a.data() + (i / kRows) * k * kRows + i % kRows;
     for (std::int64_t l = 0; l < k; ++l) tile[l * kRows] = element(p.a, p.m, k, a_transposed, i, l);
   }
   for (std::int64_t j = 0; j < p.n; ++j) {
-    float* tile = panels.b.data() + (j / kColumns) * k * kColumns + j % kColumns;
+    Real* tile = panels.b.data() + (j / kColumns) * k * kColumns + j % kColumns;
     for (std::int64_t l = 0; l < k; ++l) tile[l * kColumns] = element(p.b, p.n, k, b_plain, j, l);
   }
 
   for (std::int64_t row_tile = 0; row_tile < row_tiles; ++row_tile) {
-    const float* a_tile = panels.a.data() + row_tile * k * kRows;  // [k][kRows]
+    const Real* a_tile = panels.a.data() + row_tile * k * kRows;  // [k][kRows]
     for (std::int64_t column_tile = 0; column_tile < column_tiles; ++column_tile) {
-      const float* b_tile = panels.b.data() + column_tile * k * kColumns;  // [k][kColumns]
+      const Real* b_tile = panels.b.data() + column_tile * k * kColumns;  // [k][kColumns]
       Lanes sums[kRows][kVectors] = {};  // one lane per C element of the tile, each its own sum
       for (std::int64_t l = 0; l < k; ++l) {
         Lanes b[kVectors];
@@ -133,13 +133,13 @@ template <class Lanes, std::int64_t kRows, std::int64_t kVectors>
   }
 }
 
-using Lanes4 = float __attribute__((vector_size(16)));  // SSE2 on x86-64, NEON on arm64
+using Lanes4 = Real __attribute__((vector_size(16)));  // SSE2 / NEON: 4 fp32 (2 fp64) lanes
 
 void gemm_baseline(const GemmParams& p) { gemm_blocked<Lanes4, 4, 2>(p); }  // 4 x 8 tile
 
 #if defined(__x86_64__)
-using Lanes8 = float __attribute__((vector_size(32)));
-// AVX2 without FMA (the target has no fused multiply-add to contract into): 8 lanes, 6 x 16 tile.
+using Lanes8 = Real __attribute__((vector_size(32)));
+// AVX2 without FMA (the target has no fused multiply-add to contract into): 8 fp32 lanes, 6 x 16 tile.
 [[gnu::target("avx2")]] void gemm_avx2(const GemmParams& p) { gemm_blocked<Lanes8, 6, 2>(p); }
 bool avx2_answers() { return __builtin_cpu_supports("avx2"); }
 #else

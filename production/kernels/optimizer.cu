@@ -20,7 +20,7 @@
 #include "production/cuda/kernel_support.cuh"
 #include "production/kernels/optimizer.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 using namespace cuda_detail;

@@ -7,16 +7,17 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // Squares summed in double (an fp32 square is exact in double) over fixed blocks:
 // block_sums[b] = sum_{i in [b*block, min((b+1)*block, count))} values[i]^2, i increasing inside a
 // block on the host; the CUDA twin reduces a block in a fixed tree order. The caller sums the
 // blocks in increasing b.
 struct SquaredNormParams {
-  const float* values = nullptr;      // [count] a flat fp32 range (main gradients)
+  const Real* values = nullptr;      // [count] a flat fp32 range (main gradients)
   double* block_sums = nullptr;       // [ceil(count / block_elements)] backend memory
   std::int64_t count = 0;
   std::int64_t block_elements = 0;    // > 0; the same on every backend and rank
@@ -41,22 +42,22 @@ struct DecaySegment {
 // The hyperparameters are computed in double on the host and rounded to fp32 once (bc = 1 - b^t
 // by repeated multiplication, as the reference does).
 struct AdamwHyper {
-  float lr = 0.0f;
-  float weight_decay = 0.0f;      // for decay segments
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float one_minus_beta1 = 0.1f;   // 1 - b1, computed in double
-  float one_minus_beta2 = 0.001f;
-  float eps = 1e-8f;
-  float bias_correction1 = 1.0f;  // 1 - b1^t
-  float bias_correction2 = 1.0f;  // 1 - b2^t
+  Real lr = 0.0f;
+  Real weight_decay = 0.0f;      // for decay segments
+  Real beta1 = 0.9f;
+  Real beta2 = 0.999f;
+  Real one_minus_beta1 = 0.1f;   // 1 - b1, computed in double
+  Real one_minus_beta2 = 0.001f;
+  Real eps = 1e-8f;
+  Real bias_correction1 = 1.0f;  // 1 - b1^t
+  Real bias_correction2 = 1.0f;  // 1 - b2^t
 };
 
 struct AdamwParams {
-  float* params = nullptr;             // [count] fp32 main weights
-  float* exp_avg = nullptr;            // [count] fp32 m
-  float* exp_avg_sq = nullptr;         // [count] fp32 v
-  const float* grads = nullptr;        // [count] fp32 main gradients, already clipped
+  Real* params = nullptr;             // [count] fp32 main weights
+  Real* exp_avg = nullptr;            // [count] fp32 m
+  Real* exp_avg_sq = nullptr;         // [count] fp32 v
+  const Real* grads = nullptr;        // [count] fp32 main gradients, already clipped
   void* compute_weights = nullptr;     // [count] bf16 copy, or null
   DType compute_dtype = DType::f32;
   std::int64_t count = 0;
@@ -67,9 +68,9 @@ struct AdamwParams {
 
 // values[i] *= factor (fp32), e.g. the clip coefficient (SPEC 6).
 struct ScaleParams {
-  float* values = nullptr;  // [count]
+  Real* values = nullptr;  // [count]
   std::int64_t count = 0;
-  float factor = 1.0f;
+  Real factor = 1.0f;
 };
 
 void squared_norm_host(const SquaredNormParams& params);

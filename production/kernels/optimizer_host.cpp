@@ -5,7 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 void squared_norm_host(const SquaredNormParams& p) {
   const std::int64_t blocks = squared_norm_blocks(p.count, p.block_elements);
@@ -29,15 +29,15 @@ void adamw_host(const AdamwParams& p) {
       throw std::invalid_argument("adamw: decay segments must tile the range in order");
     }
     covered += run.count;
-    const float weight_decay = run.decay ? h.weight_decay : 0.0f;  // SPEC 7
+    const Real weight_decay = run.decay ? h.weight_decay : 0.0f;  // SPEC 7
     for (std::int64_t i = run.begin; i < run.begin + run.count; ++i) {
-      const float g = p.grads[i];
-      const float m = h.beta1 * p.exp_avg[i] + h.one_minus_beta1 * g;
-      const float v = h.beta2 * p.exp_avg_sq[i] + h.one_minus_beta2 * g * g;
-      const float m_hat = m / h.bias_correction1;
-      const float v_hat = v / h.bias_correction2;
-      const float param_old = p.params[i];
-      const float param = param_old - h.lr * (m_hat / (std::sqrt(v_hat) + h.eps) + weight_decay * param_old);
+      const Real g = p.grads[i];
+      const Real m = h.beta1 * p.exp_avg[i] + h.one_minus_beta1 * g;
+      const Real v = h.beta2 * p.exp_avg_sq[i] + h.one_minus_beta2 * g * g;
+      const Real m_hat = m / h.bias_correction1;
+      const Real v_hat = v / h.bias_correction2;
+      const Real param_old = p.params[i];
+      const Real param = param_old - h.lr * (m_hat / (std::sqrt(v_hat) + h.eps) + weight_decay * param_old);
       p.exp_avg[i] = m;
       p.exp_avg_sq[i] = v;
       p.params[i] = param;

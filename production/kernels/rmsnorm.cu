@@ -8,7 +8,7 @@
 #include "production/cuda/kernel_support.cuh"
 #include "production/kernels/rmsnorm.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 using namespace cuda_detail;

@@ -5,18 +5,19 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 struct RmsnormForwardParams {
   const void* input = nullptr;    // [rows, width] compute dtype
   const void* weight = nullptr;   // [width] compute dtype (the compute copy of the norm weight)
   void* output = nullptr;         // [rows, width] compute dtype
-  float* inverse_rms = nullptr;   // [rows] fp32, 1/sqrt(mean(x^2) + eps), kept for the backward
+  Real* inverse_rms = nullptr;   // [rows] fp32, 1/sqrt(mean(x^2) + eps), kept for the backward
   std::int64_t rows = 0;
   std::int64_t width = 0;         // d
-  float epsilon = 1e-5f;          // --norm-epsilon rounded to fp32
+  Real epsilon = 1e-5f;          // --norm-epsilon rounded to fp32
   DType dtype = DType::f32;
 };
 
@@ -26,10 +27,10 @@ struct RmsnormForwardParams {
 struct RmsnormBackwardParams {
   const void* input = nullptr;        // [rows, width] compute dtype, the forward's input
   const void* weight = nullptr;       // [width] compute dtype
-  const float* inverse_rms = nullptr; // [rows] from the forward
+  const Real* inverse_rms = nullptr; // [rows] from the forward
   const void* output_grad = nullptr;  // [rows, width] compute dtype
   void* input_grad = nullptr;         // [rows, width] compute dtype
-  float* weight_grad = nullptr;       // [width] fp32 main gradient, +=
+  Real* weight_grad = nullptr;       // [width] fp32 main gradient, +=
   std::int64_t rows = 0;
   std::int64_t width = 0;
   // true: input_grad = round(input_grad + dx) (the residual stream's gradient flows through);

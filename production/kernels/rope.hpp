@@ -7,16 +7,17 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // cosines[t, i] = fp32(cos(positions[t] * pow(base, -2i/hd))), all in double before the rounding;
 // sines likewise.
 struct RopeTableParams {
   const std::int32_t* positions = nullptr;  // [rows]
-  float* cosines = nullptr;                 // [rows, head_dim/2] fp32
-  float* sines = nullptr;                   // [rows, head_dim/2] fp32
+  Real* cosines = nullptr;                 // [rows, head_dim/2] fp32
+  Real* sines = nullptr;                   // [rows, head_dim/2] fp32
   std::int64_t rows = 0;
   std::int64_t head_dim = 0;                // hd, even
   double base = 10000.0;                    // --rotary-base
@@ -26,8 +27,8 @@ struct RopeTableParams {
 // (da, db) -> (da cos + db sin, db cos - da sin). fp32 inside, one rounding per stored element.
 struct RopeParams {
   void* activations = nullptr;       // [rows, heads * head_dim] compute dtype, in place
-  const float* cosines = nullptr;    // [rows, head_dim/2]
-  const float* sines = nullptr;      // [rows, head_dim/2]
+  const Real* cosines = nullptr;    // [rows, head_dim/2]
+  const Real* sines = nullptr;      // [rows, head_dim/2]
   std::int64_t rows = 0;
   std::int64_t heads = 0;            // H for queries, G for keys
   std::int64_t head_dim = 0;

@@ -5,9 +5,10 @@
 
 #include <cstdint>
 
+#include "production/arithmetic.hpp"
 #include "production/kernels/types.hpp"
 
-namespace tandem::production {
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 struct SwigluForwardParams {
   const void* gate = nullptr;   // [count] compute dtype

@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <cstring>
 
-namespace tandem::production {
+#include "production/arithmetic.hpp"
+
+namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
 // The element type of a buffer an op reads or writes. Activations and compute weights are
 // `compute` typed: f32 without --bf16, bf16 with it (SPEC 7). Main weights, main gradients, Adam
-// moments, norm statistics, logits and losses are always f32.
+// moments, norm statistics, logits and losses are always f32. "f32" is this build's Real
+// (arithmetic.hpp): fp32, or fp64 in the semantic build, which has no bf16.
 enum class DType : std::uint8_t { f32, bf16 };
 
 // bf16 as stored: the upper 16 bits of an IEEE binary32 (layout-compatible with __nv_bfloat16).
@@ -19,7 +22,9 @@ struct Bf16 {
   std::uint16_t bits = 0;
 };
 
-inline constexpr std::int64_t dtype_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+inline constexpr std::int64_t dtype_bytes(DType dtype) {
+  return dtype == DType::f32 ? static_cast<std::int64_t>(sizeof(Real)) : 2;
+}
 
 // fp32 -> bf16, round to nearest, ties to even (cuda's __float2bfloat16_rn); NaN stays a quiet NaN
 // of the same sign. The ONE rounding rule: every store of a bf16 value goes through it.
@@ -39,22 +44,22 @@ inline float f32_from_bf16(Bf16 value) {
 }
 
 // The value a compute-typed store keeps: itself for f32, rounded through bf16 for bf16.
-inline float round_to(DType dtype, float value) {
-  return dtype == DType::f32 ? value : f32_from_bf16(bf16_from_f32(value));
+inline Real round_to(DType dtype, Real value) {
+  return dtype == DType::f32 ? value : f32_from_bf16(bf16_from_f32(static_cast<float>(value)));
 }
 
 // Loads element `index` of a compute-typed array as fp32 (exact for both types).
-inline float load_as_f32(const void* data, DType dtype, std::int64_t index) {
-  if (dtype == DType::f32) return static_cast<const float*>(data)[index];
+inline Real load_as_f32(const void* data, DType dtype, std::int64_t index) {
+  if (dtype == DType::f32) return static_cast<const Real*>(data)[index];
   return f32_from_bf16(static_cast<const Bf16*>(data)[index]);
 }
 
 // Stores an fp32 value into element `index` of a compute-typed array (rounding for bf16).
-inline void store_from_f32(void* data, DType dtype, std::int64_t index, float value) {
+inline void store_from_f32(void* data, DType dtype, std::int64_t index, Real value) {
   if (dtype == DType::f32) {
-    static_cast<float*>(data)[index] = value;
+    static_cast<Real*>(data)[index] = value;
   } else {
-    static_cast<Bf16*>(data)[index] = bf16_from_f32(value);
+    static_cast<Bf16*>(data)[index] = bf16_from_f32(static_cast<float>(value));
   }
 }
 
