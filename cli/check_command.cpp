@@ -4,7 +4,9 @@
 // verdict (0: every comparison held, 1: one did not, 2: bad input).
 //
 // The fast twin is the production trainer (cpu backend, or cuda with --device cuda); with
-// --fast-twin reference-double it is the double reference, held against the 50-digit reference.
+// --fast-twin reference-double it is the double reference, held against the 50-digit reference;
+// with --fast-twin production-semantic it is the production trainer's semantic build (Real =
+// double, production/arithmetic.hpp), held to fp64 bounds: a deviation of 1e-9 stands out.
 // Each update is teacher-forced: the truth starts it from the fast twin's own state. With --load
 // both start from a checkpoint (any engine's) instead of the initialization.
 // With --data-parallel-size N the production twin runs N ranks on threads of this process; under
@@ -52,9 +54,10 @@ equivalence::TwinKind fast_twin_kind(const CheckCommandState& state, bool launch
     throw std::invalid_argument("--test-mutant " + state.test_mutant + ": no such mutant");
   }
   if (state.fast_twin == "reference-double") return equivalence::reference_twin();
-  return equivalence::production_twin(state.device == "cuda", launched_ranks
-                                                                  ? equivalence::RankTransport::mpi
-                                                                  : equivalence::RankTransport::threads);
+  const equivalence::RankTransport transport =
+      launched_ranks ? equivalence::RankTransport::mpi : equivalence::RankTransport::threads;
+  if (state.fast_twin == "production-semantic") return equivalence::production_semantic_twin(transport);
+  return equivalence::production_twin(state.device == "cuda", transport);
 }
 
 int run_check(const CheckCommandState& state, const production::MpiSession& session) {
@@ -74,12 +77,23 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
     return 2;
   }
   const bool launched_ranks = session.world_size() > 1;
-  if (launched_ranks && (state.fast_twin != "production" || !state.test_mutant.empty())) {
+  if (launched_ranks && (state.fast_twin == "reference-double" || !state.test_mutant.empty())) {
     if (session.rank() == 0) {
-      std::cerr << "error: under mpirun/srun only the production twin runs as ranks; fix: run "
+      std::cerr << "error: under mpirun/srun only the production twins run as ranks; fix: run "
                    "--fast-twin reference-double (and --test-mutant) in one process\n";
     }
     return 2;
+  }
+  if (state.fast_twin == "production-semantic" && state.device == "cuda") {
+    if (session.rank() == 0) {
+      std::cerr << "error: --device cuda with --fast-twin production-semantic: the semantic build is the cpu "
+                   "backend's (production/arithmetic.hpp); fix: drop --device cuda\n";
+    }
+    return 2;
+  }
+  if (state.fast_twin == "production-semantic" && config.optimizer.bf16 && session.rank() == 0) {
+    std::cerr << "warning: --bf16 with --fast-twin production-semantic: the semantic build has no bf16; "
+                 "this check runs its compute in fp64\n";
   }
   const equivalence::TwinKind fast = fast_twin_kind(state, launched_ranks);
   std::ostream null_stream(nullptr);
@@ -190,8 +204,9 @@ Command add_check_command(CLI::App& parent) {
       ->check(at_least_one())->group(group);
   sub->add_option("--fast-twin", state->fast_twin,
                   "production (the production trainer, held against the double reference) | "
+                  "production-semantic (its semantic build, Real = double, held to fp64 bounds) | "
                   "reference-double (held against the 50-digit reference) (default: production)")
-      ->check(CLI::IsMember({"production", "reference-double"}))->group(group);
+      ->check(CLI::IsMember({"production", "production-semantic", "reference-double"}))->group(group);
   sub->add_option("--device", state->device,
                   "the production twin's backend: cpu | cuda (default: cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->group(group);

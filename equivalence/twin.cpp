@@ -8,12 +8,9 @@
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
 #include "core/checkpoint/checkpoint.hpp"
-#include "production/checkpointing.hpp"
-#include "production/collectives/mpi.hpp"
-#include "production/local_ranks.hpp"
-#include "production/kernels/optimizer.hpp"
-#include "production/trainer.hpp"
+#include "equivalence/production_twin.hpp"
 #include "equivalence/verdict.hpp"
+#include "production/backend.hpp"
 #include "reference/adamw.hpp"
 #include "reference/checkpointing.hpp"
 
@@ -21,20 +18,6 @@ namespace tandem::equivalence {
 namespace {
 
 using Float50 = boost::multiprecision::cpp_bin_float_50;
-
-std::string layout_text(const RunConfig& config) {
-  std::ostringstream text;
-  text << "DP " << config.parallel.data_parallel << " x " << config.microbatches_per_replica()
-       << " microbatches x mbs " << config.batch.micro_batch_size;
-  return text.str();
-}
-
-template <class Real>
-std::vector<double> widen(const std::vector<Real>& values) {
-  std::vector<double> out(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) out[i] = static_cast<double>(values[i]);
-  return out;
-}
 
 template <class Real>
 void narrow_into(const std::vector<double>& values, std::vector<Real>& out) {
@@ -113,153 +96,6 @@ class ReferenceTwin final : public Twin {
   std::string name_;
 };
 
-// The production trainer on a backend (production/trainer.hpp). Its main state is fp32, so the
-// state crosses the interface widened exactly; its test switch makes flat element 0 NaN. With
-// DP > 1 it runs one Trainer per rank: on threads of this process (thread_group.hpp), or, under
-// `mpirun`, as this process's rank of MPI_COMM_WORLD (every rank runs the same case in
-// lockstep; a DP 1 run, such as a direct global batch, runs in each process alone). Every call
-// reaches every rank; rank 0 answers.
-class ProductionTwin final : public Twin {
- public:
-  ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport,
-                 production::ProductionMutants mutants = {})
-      : samples_(setup.samples),
-        ranks_(setup.config, samples_, options(setup, cuda, mutants),
-               transport == RankTransport::mpi ? production::LocalRanks::Transport::mpi
-                                               : production::LocalRanks::Transport::threads) {
-    ranks_.each([](production::Trainer& trainer, int) { trainer.keep_last_gradient(true); });
-  }
-
-  std::string description() const override {
-    const production::Trainer& trainer = ranks_.front();
-    return "production<" + production::to_string(trainer.backend().device()) + ", " +
-           (trainer.compute_dtype() == production::DType::bf16 ? "bf16" : "fp32") + ">, " +
-           layout_text(trainer.config()) + ranks_.transport_text() +
-           (trainer.distributed_optimizer() ? ", distributed optimizer" : "") +
-           (trainer.overlaps_grad_reduce() ? ", overlapped gradient reduce in " +
-                                                 std::to_string(trainer.shards().buckets.size()) + " bucket(s)"
-                                           : "") +
-           (trainer.overlaps_param_gather() ? " and weight gather" : "") +
-           (trainer.overlaps_grad_reduce() ? std::string(" (") + trainer.lane_description() + ")" : "");
-  }
-  Precision precision() const override {
-    return ranks_.front().config().optimizer.bf16 ? bf16() : fp32();
-  }
-  IterationRecord run_iteration() override {
-    std::vector<IterationRecord> records(ranks_.size());
-    ranks_.each([&](production::Trainer& trainer, int rank) {
-      records[static_cast<std::size_t>(rank)] = trainer.run_iteration();
-    });
-    last_record_ = records.front();
-    return last_record_;
-  }
-  TwinState state() const override {
-    std::vector<production::HostState> states(ranks_.size());
-    ranks_.each([&](const production::Trainer& trainer, int rank) {
-      states[static_cast<std::size_t>(rank)] = trainer.host_state();
-    });
-    const production::HostState& s = states.front();
-    return {widen(s.params), widen(s.exp_avg), widen(s.exp_avg_sq), s.counters};
-  }
-  void load_state(const TwinState& state) override {
-    production::HostState s;
-    s.params.resize(state.params.size());  // rounded to fp32
-    s.exp_avg.resize(state.exp_avg.size());
-    s.exp_avg_sq.resize(state.exp_avg_sq.size());
-    for (std::size_t i = 0; i < s.params.size(); ++i) {
-      s.params[i] = static_cast<float>(state.params[i]);
-      s.exp_avg[i] = static_cast<float>(state.exp_avg[i]);
-      s.exp_avg_sq[i] = static_cast<float>(state.exp_avg_sq[i]);
-    }
-    s.counters = state.counters;
-    ranks_.each([&](production::Trainer& trainer, int) { trainer.restore(s); });
-  }
-  // The trainer keeps the pre-clip gradient; the optimizer used it scaled by the fp32 coefficient
-  // (ScaleParams: values[i] *= float(coeff)), which is repeated here in fp32.
-  std::vector<double> last_gradient() const override {
-    const std::vector<float>& pre_clip = ranks_.front().last_gradient();
-    std::vector<double> out(pre_clip.size());
-    const float coeff = static_cast<float>(last_record_.clip_coeff);
-    for (std::size_t i = 0; i < pre_clip.size(); ++i) {
-      out[i] = last_record_.clipped ? static_cast<double>(pre_clip[i] * coeff)
-                                    : static_cast<double>(pre_clip[i]);
-    }
-    return out;
-  }
-  // Production consumes the shipped Sample as the provider builds it (no device-side rebuild).
-  Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
-  // The production run's own path: one rank writes format 1; DP ranks each write their shard and
-  // each reads only its range back (production/checkpointing.hpp).
-  void save_checkpoint(const std::filesystem::path& directory) const override {
-    const std::filesystem::path agreed = agreed_directory(directory);
-    ranks_.each([&](const production::Trainer& trainer, int) { production::save_trainer_checkpoint(trainer, agreed); });
-  }
-  void resume_from(const std::filesystem::path& directory) override {
-    const std::filesystem::path agreed = agreed_directory(directory);
-    ranks_.each([&](production::Trainer& trainer, int) { production::resume_trainer_from(trainer, agreed); });
-  }
-
- private:
-  static production::ProductionOptions options(const TwinSetup& setup, bool cuda,
-                                               production::ProductionMutants mutants) {
-    production::ProductionOptions out;
-    out.device = cuda ? production::Device::cuda : production::Device::cpu;
-    production::FaultSchedule faults;
-    faults.nonfinite_gradient_iterations = setup.nonfinite_gradient_iterations;
-    faults.nonfinite_loss_iterations = setup.nonfinite_loss_iterations;
-    faults.nonfinite_loss_value = setup.nonfinite_loss_value;
-    out.hooks = production::make_test_hooks(faults, mutants);
-    return out;
-  }
-  // As MPI ranks each process names its own scratch directory: they all use rank 0's.
-  std::filesystem::path agreed_directory(const std::filesystem::path& directory) const {
-    production::Collectives& collectives = ranks_.front().collectives();
-    if (ranks_.on_threads() || collectives.size() == 1) return directory;
-    return production::all_gather_strings(collectives, directory.string()).front();
-  }
-
-  reference::SampleProvider samples_;
-  production::LocalRanks ranks_;
-  IterationRecord last_record_;
-};
-
-// Production's fused AdamW on one element through its host twin, with the hyperparameters as
-// production/kernels/optimizer.hpp documents them: computed in double, rounded to fp32 once.
-AdamwElement production_adamw_element(const AdamwElementCall& call) {
-  double beta1_power = 1.0;
-  double beta2_power = 1.0;
-  for (std::int64_t i = 0; i < call.step; ++i) {
-    beta1_power *= call.optimizer.adam_beta1;
-    beta2_power *= call.optimizer.adam_beta2;
-  }
-  production::AdamwHyper hyper;
-  hyper.lr = static_cast<float>(call.lr);
-  hyper.weight_decay = static_cast<float>(call.wd);
-  hyper.beta1 = static_cast<float>(call.optimizer.adam_beta1);
-  hyper.beta2 = static_cast<float>(call.optimizer.adam_beta2);
-  hyper.one_minus_beta1 = static_cast<float>(1.0 - call.optimizer.adam_beta1);
-  hyper.one_minus_beta2 = static_cast<float>(1.0 - call.optimizer.adam_beta2);
-  hyper.eps = static_cast<float>(call.optimizer.adam_eps);
-  hyper.bias_correction1 = static_cast<float>(1.0 - beta1_power);
-  hyper.bias_correction2 = static_cast<float>(1.0 - beta2_power);
-  float param = static_cast<float>(call.before.param);
-  float exp_avg = static_cast<float>(call.before.exp_avg);
-  float exp_avg_sq = static_cast<float>(call.before.exp_avg_sq);
-  const float grad = static_cast<float>(call.grad);
-  const production::DecaySegment segment{0, 1, true};
-  production::AdamwParams params;
-  params.params = &param;
-  params.exp_avg = &exp_avg;
-  params.exp_avg_sq = &exp_avg_sq;
-  params.grads = &grad;
-  params.count = 1;
-  params.segments = &segment;
-  params.segment_count = 1;
-  params.hyper = hyper;
-  production::adamw_host(params);
-  return {param, exp_avg, exp_avg_sq};
-}
-
 // The reference's AdamW on one element, optionally mutated as the trainer mutates it.
 AdamwElement reference_adamw_element(const AdamwElementCall& call, const reference::Mutants& mutants) {
   const reference::AdamHyper<double> hyper(call.optimizer, mutants.bias_correction_off_by_one
@@ -302,7 +138,10 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::tied_embedding_counted_twice:
     case Mutant::stage_local_norm:
     case Mutant::microbatches_out_of_order:
-    case Mutant::last_stage_microbatch_loss: break;  // production-side
+    case Mutant::last_stage_microbatch_loss:
+    case Mutant::production_clip_without_epsilon:
+    case Mutant::adam_epsilon_scaled_by_bias_correction:
+    case Mutant::loss_scale_one_part_in_a_billion: break;  // production-side
   }
   return m;
 }
@@ -312,6 +151,13 @@ bool is_data_side(Mutant mutant) {
 }
 
 }  // namespace
+
+std::string layout_text(const RunConfig& config) {
+  std::ostringstream text;
+  text << "DP " << config.parallel.data_parallel << " x " << config.microbatches_per_replica()
+       << " microbatches x mbs " << config.batch.micro_batch_size;
+  return text.str();
+}
 
 std::vector<Mutant> all_mutants() {
   return {Mutant::decay_norm_weights,         Mutant::l2_instead_of_decoupled,
@@ -325,7 +171,9 @@ std::vector<Mutant> all_mutants() {
           Mutant::local_vocabulary_normalizer, Mutant::row_parallel_summed_twice,
           Mutant::row_parallel_not_summed, Mutant::tied_embedding_not_summed,
           Mutant::tied_embedding_counted_twice, Mutant::stage_local_norm,
-          Mutant::microbatches_out_of_order, Mutant::last_stage_microbatch_loss};
+          Mutant::microbatches_out_of_order, Mutant::last_stage_microbatch_loss,
+          Mutant::production_clip_without_epsilon, Mutant::adam_epsilon_scaled_by_bias_correction,
+          Mutant::loss_scale_one_part_in_a_billion};
 }
 
 std::string to_string(Mutant mutant) {
@@ -353,6 +201,9 @@ std::string to_string(Mutant mutant) {
     case Mutant::stage_local_norm: return "stage_local_norm";
     case Mutant::microbatches_out_of_order: return "microbatches_out_of_order";
     case Mutant::last_stage_microbatch_loss: return "last_stage_microbatch_loss";
+    case Mutant::production_clip_without_epsilon: return "production_clip_without_epsilon";
+    case Mutant::adam_epsilon_scaled_by_bias_correction: return "adam_epsilon_scaled_by_bias_correction";
+    case Mutant::loss_scale_one_part_in_a_billion: return "loss_scale_one_part_in_a_billion";
   }
   return "?";
 }
@@ -418,10 +269,25 @@ TwinKind production_twin(bool cuda, RankTransport transport) {
   kind.max_tensor_parallel = cuda ? 1 : 0;
   kind.max_pipeline_parallel = cuda ? 1 : 0;  // likewise for pipeline stages
   kind.injects_any_value = false;  // production::FaultSchedule: NaN at element 0
-  kind.make = [cuda, transport](const TwinSetup& setup) -> std::unique_ptr<Twin> {
-    return std::make_unique<ProductionTwin>(setup, cuda, transport);
-  };
-  if (!cuda) kind.adamw_element = production_adamw_element;
+  const ProductionTwinMaker maker = production_twin_maker(cuda, transport, std::nullopt);
+  kind.make = maker.make;
+  kind.adamw_element = maker.adamw_element;
+  return kind;
+}
+
+TwinKind production_semantic_twin(RankTransport transport) {
+  TwinKind kind;
+  kind.name = std::string("production-semantic") + (transport == RankTransport::mpi ? "-mpi" : "");
+  kind.description = std::string("production trainer (production/trainer.hpp) from its semantic build ") +
+                     "(production/arithmetic.hpp: Real = double), cpu backend" +
+                     (transport == RankTransport::mpi ? ", TP x PP x DP = the MPI ranks" : "");
+  kind.precision = fp64();
+  kind.checkpoints = false;
+  kind.required_world_size = transport == RankTransport::mpi ? mpi_world_size() : 0;
+  kind.injects_any_value = false;  // production::FaultSchedule: NaN at element 0
+  const ProductionTwinMaker maker = semantic_production_twin_maker(transport, std::nullopt);
+  kind.make = maker.make;
+  kind.adamw_element = maker.adamw_element;
   return kind;
 }
 
@@ -446,7 +312,7 @@ TwinKind production_cuda_ranks_twin() {
 }
 
 std::vector<TwinKind> twins_under_test() {
-  std::vector<TwinKind> kinds = {reference_twin(), production_twin(false)};
+  std::vector<TwinKind> kinds = {reference_twin(), production_twin(false), production_semantic_twin()};
   if (cuda_device_answers()) {
     kinds.push_back(production_twin(true));
     kinds.push_back(production_cuda_ranks_twin());
@@ -466,28 +332,30 @@ static bool is_pipeline_parallel_side(Mutant mutant) {
          mutant == Mutant::last_stage_microbatch_loss;
 }
 
+static bool is_semantic_side(Mutant mutant) {
+  return mutant == Mutant::production_clip_without_epsilon || mutant == Mutant::adam_epsilon_scaled_by_bias_correction ||
+         mutant == Mutant::loss_scale_one_part_in_a_billion;
+}
+
 bool is_production_side(Mutant mutant) {
   return mutant == Mutant::unreduced_gradients || mutant == Mutant::rank_local_loss_denominator ||
-         mutant == Mutant::shard_local_norm || is_tensor_parallel_side(mutant) || is_pipeline_parallel_side(mutant);
+         mutant == Mutant::shard_local_norm || is_tensor_parallel_side(mutant) || is_pipeline_parallel_side(mutant) ||
+         is_semantic_side(mutant);
 }
 
 TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
   if (is_production_side(mutant)) {
+    if (is_semantic_side(mutant)) {
+      // The semantic production trainer, on any layout, with one bug of a part in a million (or a
+      // billion).
+      TwinKind kind = production_semantic_twin();
+      kind.name = "mutant-" + to_string(mutant);
+      kind.description = "production trainer (the semantic build, cpu) with the mutant " + to_string(mutant);
+      kind.adamw_element = nullptr;
+      kind.make = semantic_production_twin_maker(RankTransport::threads, mutant).make;
+      return kind;
+    }
     // The production trainer itself, on 2 ranks (threads), with one data- or tensor-parallel bug.
-    production::ProductionMutants mutants;
-    mutants.unreduced_gradients = mutant == Mutant::unreduced_gradients;
-    mutants.rank_local_loss_denominator = mutant == Mutant::rank_local_loss_denominator;
-    mutants.shard_local_norm = mutant == Mutant::shard_local_norm;
-    mutants.unsummed_sequence_parallel_gradients = mutant == Mutant::unsummed_sequence_parallel_gradients;
-    mutants.replicated_counted_per_rank = mutant == Mutant::replicated_counted_per_rank;
-    mutants.local_vocabulary_normalizer = mutant == Mutant::local_vocabulary_normalizer;
-    mutants.row_parallel_summed_twice = mutant == Mutant::row_parallel_summed_twice;
-    mutants.row_parallel_not_summed = mutant == Mutant::row_parallel_not_summed;
-    mutants.tied_embedding_not_summed = mutant == Mutant::tied_embedding_not_summed;
-    mutants.tied_embedding_counted_twice = mutant == Mutant::tied_embedding_counted_twice;
-    mutants.stage_local_norm = mutant == Mutant::stage_local_norm;
-    mutants.microbatches_out_of_order = mutant == Mutant::microbatches_out_of_order;
-    mutants.last_stage_microbatch_loss = mutant == Mutant::last_stage_microbatch_loss;
     TwinKind kind = production_twin(false);
     kind.name = "mutant-" + to_string(mutant);
     const bool tensor = is_tensor_parallel_side(mutant);
@@ -504,9 +372,7 @@ TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
       kind.required_data_parallel = 2;
     }
     kind.adamw_element = nullptr;
-    kind.make = [mutants](const TwinSetup& setup) -> std::unique_ptr<Twin> {
-      return std::make_unique<ProductionTwin>(setup, false, RankTransport::threads, mutants);
-    };
+    kind.make = production_twin_maker(false, RankTransport::threads, mutant).make;
     return kind;
   }
   TwinKind kind;

@@ -102,6 +102,11 @@ enum class Mutant {
   stage_local_norm,             // each stage clips by (and reports) its own stage's norm
   microbatches_out_of_order,    // the first stage feeds microbatch m + 1 where m is due
   last_stage_microbatch_loss,   // the last stage normalizes each microbatch's loss by its own tokens
+  // Semantic bugs of about one part in a million (production, the semantic twin: only its fp64
+  // bounds see them; issue 15):
+  production_clip_without_epsilon,  // production's clip coefficient as clip / norm
+  adam_epsilon_scaled_by_bias_correction,  // AdamW adds eps * sqrt(1 - b2^t), not eps, to sqrt(v_hat)
+  loss_scale_one_part_in_a_billion,  // the gradients' loss scale (1 + 1e-9) x SPEC 5's
 };
 std::vector<Mutant> all_mutants();
 std::string to_string(Mutant mutant);  // "eps_inside_sqrt"
@@ -135,8 +140,8 @@ TwinKind reference_twin();
 // The 50-digit reference (the CLI's truth: `tandem check`).
 TwinKind reference50_twin();
 // Everything that must equal the reference: the double reference on its own layout, the
-// production trainer on the cpu backend, and on the cuda backend when it is built and a device
-// answers.
+// production trainer on the cpu backend, its semantic build, and the cuda backend when it is
+// built and a device answers.
 std::vector<TwinKind> twins_under_test();
 // How a multi-rank production twin's ranks meet: threads of this process (cpu backend, any DP),
 // or this process as one of the MPI ranks of an `mpirun` (DP = the world size; every rank runs
@@ -148,6 +153,11 @@ TwinKind production_twin(bool cuda, RankTransport transport = RankTransport::thr
 // exchanges staged through host memory (production/collectives/staged.hpp): tensor
 // parallelism's CUDA path on a machine with one device.
 TwinKind production_cuda_ranks_twin();
+// The production trainer from the semantic build of its sources (production/arithmetic.hpp: Real
+// = double, the cpu backend): the same orchestration with rounding at 2^-53, held to fp64 bounds,
+// so that a semantic deviation of 1e-9 stands far outside them. No checkpoints, no bf16 (a bf16
+// case runs in fp64 compute).
+TwinKind production_semantic_twin(RankTransport transport = RankTransport::threads);
 // Whether the cuda backend is built and a device answers.
 bool cuda_device_answers();
 // The reference with one mutant switched on. `at_production_tolerance`: held to the bounds of an

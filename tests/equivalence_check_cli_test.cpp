@@ -71,6 +71,31 @@ TEST(CheckCommand, TheExitStatusIsTheVerdictAWrongTwinFails) {
   EXPECT_NE(result.output.find("verdict: the twins DISAGREE"), std::string::npos);
 }
 
+TEST(CheckCommand, TheSemanticBuildAgreesWithTheReferenceAtFp64Bounds) {
+  const auto result = testing::run_tandem(
+      tiny_check({"--updates", "2", "--fast-twin", "production-semantic"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("production<cpu, fp64 semantic>"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("verdict: the twins agree"), std::string::npos);
+}
+
+TEST(CheckCommand, TheSemanticBuildCatchesABugOfAPartInAMillion) {
+  // Negative control: AdamW adding eps * sqrt(1 - b2^t) instead of eps moves each update by about
+  // 1e-5 of itself, under fp32's bounds; the semantic build's fp64 bounds must reject it.
+  const auto result = testing::run_tandem(
+      tiny_check({"--updates", "1", "--test-mutant", "adam_epsilon_scaled_by_bias_correction"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("FAIL update 1 params"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("verdict: the twins DISAGREE"), std::string::npos);
+}
+
+TEST(CheckCommand, TheSemanticBuildRefusesCuda) {
+  const auto result = testing::run_tandem(
+      tiny_check({"--updates", "1", "--fast-twin", "production-semantic", "--device", "cuda"}), "", "2>&1");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("fix: drop --device cuda"), std::string::npos) << result.output;
+}
+
 TEST(CheckCommand, ProductionRanksOnThreadsAgreeWithTheReferencesEmulatedReplicas) {
   const auto result = testing::run_tandem(
       tiny_check({"--updates", "2", "--data-parallel-size", "2", "--use-distributed-optimizer"}), "", "2>&1");

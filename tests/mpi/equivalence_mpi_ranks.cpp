@@ -5,6 +5,7 @@
 // together. Started without mpirun it has nothing to run and says so.
 #include <cstdlib>
 #include <iostream>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -15,11 +16,13 @@ int main(int argc, char** argv) {
   tandem::production::MpiSession session;  // MPI when mpirun started this process
   ::testing::InitGoogleTest(&argc, argv);
   if (session.world_size() > 1) {
-    // The soak's entries (tests/CMakeLists.txt) set TANDEM_EQUIVALENCE_SOAK: a new seed each run.
+    // The soak's entries (tests/CMakeLists.txt) set TANDEM_EQUIVALENCE_SOAK: a new seed each run,
+    // and the semantic build's ranks too (the default suite runs it on threads).
     const bool soak = std::getenv("TANDEM_EQUIVALENCE_SOAK") != nullptr;
-    tandem::equivalence::register_equivalence_properties(
-        "EquivalenceMpi", soak,
-        {tandem::equivalence::production_twin(false, tandem::equivalence::RankTransport::mpi)});
+    std::vector<tandem::equivalence::TwinKind> twins = {
+        tandem::equivalence::production_twin(false, tandem::equivalence::RankTransport::mpi)};
+    if (soak) twins.push_back(tandem::equivalence::production_semantic_twin(tandem::equivalence::RankTransport::mpi));
+    tandem::equivalence::register_equivalence_properties("EquivalenceMpi", soak, twins);
   } else {
     tandem::equivalence::register_check("EquivalenceMpi", "NeedsMpirun", [] {
       GTEST_SKIP() << "start under mpirun -np N (N > 1): the production twin's ranks are the MPI ranks";
