@@ -8,6 +8,7 @@
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
 #include "core/checkpoint/checkpoint.hpp"
+#include "core/model_layout.hpp"
 #include "equivalence/production_twin.hpp"
 #include "equivalence/verdict.hpp"
 #include "production/backend.hpp"
@@ -151,6 +152,20 @@ bool is_data_side(Mutant mutant) {
 }
 
 }  // namespace
+
+TwinState with_the_top_of_the_model_scaled(TwinState state, const ModelConfig& model, double factor) {
+  if (model.tie_embeddings) {
+    throw std::invalid_argument("with_the_top_of_the_model_scaled: a tied model's output layer is its embedding");
+  }
+  const ModelLayout layout = make_model_layout(model);
+  for (const std::int64_t index : {layout.final_norm, layout.output}) {
+    const ParameterTensor& tensor = layout.tensor(index);
+    for (std::int64_t i = tensor.offset; i < tensor.offset + tensor.numel; ++i) {
+      state.params.at(static_cast<std::size_t>(i)) *= factor;
+    }
+  }
+  return state;
+}
 
 std::string layout_text(const RunConfig& config) {
   std::ostringstream text;

@@ -28,6 +28,13 @@ struct TwinState {
   Counters counters;
 };
 
+// `state` of an untied model with the final norm's weight and the output layer multiplied by
+// `factor`: every path to the loss crosses both, so the whole gradient shrinks with it (a factor
+// of 1e-6 puts the gradient norm near SPEC 6's epsilon). A tied model is refused: scaling its
+// embedding shrinks the input too (through the first norm's epsilon the gradient then falls to
+// 1e-11 and below).
+TwinState with_the_top_of_the_model_scaled(TwinState state, const ModelConfig& model, double factor);
+
 // What a twin is built from: the run (its batch/parallel sections are this twin's layout), the
 // shipped samples, and the injected non-finite gradients of the case (an input, not a bug).
 struct TwinSetup {

@@ -61,6 +61,25 @@ RC_GTEST_PROP(BoundaryGenerators, ASingleLossTokenCaseHasOneLossTokenInEveryGlob
   }
 }
 
+// The clip threshold property's norms near 1e-6: with the top of an untied model scaled by 1e-6
+// the gradient norm of an update case falls to within a factor of 100 of SPEC 6's epsilon, where
+// the epsilon changes the coefficient (clip / norm and clip / (norm + 1e-6) differ by 1 % or more).
+RC_GTEST_PROP(BoundaryGenerators, ScalingTheTopOfTheModelPutsTheNormNearTheClipEpsilon, ()) {
+  const UpdateCase c = *update_case(CaseLimits{1, false, false});
+  RunConfig config = with_layout(c.config, c.reference_layout);
+  config.model.tie_embeddings = false;
+  TwinSetup setup;
+  setup.config = config;
+  setup.samples = shipped_samples(config, c.documents);
+  auto twin = reference_twin().make(setup);
+  twin->load_state(with_the_top_of_the_model_scaled(twin->state(), config.model, 1e-6));
+  const IterationRecord record = twin->run_iteration();
+  if (record.loss_tokens == 0) return;  // no loss, no gradient
+  RC_ASSERT(record.grad_norm > 1e-8);
+  RC_ASSERT(record.grad_norm < 1e-4);
+  RC_CLASSIFY(record.grad_norm < 1e-5 && record.grad_norm > 1e-7, "norm within 10x of 1e-6");
+}
+
 // The update cases draw Adam only where its step is bounded (beta1^2 < beta2, or the sign step
 // of beta1 = 0): beta2 = 0 beside beta1 0.9 took an fp32 twin out of fp32's range (generators.cpp).
 RC_GTEST_PROP(BoundaryGenerators, AdamIsDrawnOnlyWhereItsStepIsBounded, ()) {
