@@ -14,7 +14,7 @@ void squared_norm_host(const SquaredNormParams& p) {
     double sum = 0.0;
     for (std::int64_t i = block * p.block_elements; i < end; ++i) {
       const double value = p.values[i];
-      sum += value * value;  // exact square of an fp32 value
+      sum += value * value;  // exact square of an fp32 value (rounded once in the semantic build)
     }
     p.block_sums[block] = sum;
   }
