@@ -5,6 +5,7 @@
 // together. Started without mpirun it has nothing to run and says so.
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -17,11 +18,15 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (session.world_size() > 1) {
     // The soak's entries (tests/CMakeLists.txt) set TANDEM_EQUIVALENCE_SOAK: a new seed each run,
-    // and the semantic build's ranks too (the default suite runs it on threads).
+    // both builds of the production trainer. TANDEM_EQUIVALENCE_TWIN=semantic runs only the
+    // semantic build's ranks (its data plane moves doubles), fp32 only the users' build (default).
     const bool soak = std::getenv("TANDEM_EQUIVALENCE_SOAK") != nullptr;
-    std::vector<tandem::equivalence::TwinKind> twins = {
-        tandem::equivalence::production_twin(false, tandem::equivalence::RankTransport::mpi)};
-    if (soak) twins.push_back(tandem::equivalence::production_semantic_twin(tandem::equivalence::RankTransport::mpi));
+    const char* chosen = std::getenv("TANDEM_EQUIVALENCE_TWIN");
+    const bool semantic = chosen != nullptr && std::string(chosen) == "semantic";
+    using tandem::equivalence::RankTransport;
+    std::vector<tandem::equivalence::TwinKind> twins;
+    if (soak || !semantic) twins.push_back(tandem::equivalence::production_twin(false, RankTransport::mpi));
+    if (soak || semantic) twins.push_back(tandem::equivalence::production_semantic_twin(RankTransport::mpi));
     tandem::equivalence::register_equivalence_properties("EquivalenceMpi", soak, twins);
   } else {
     tandem::equivalence::register_check("EquivalenceMpi", "NeedsMpirun", [] {
