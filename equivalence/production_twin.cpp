@@ -26,8 +26,9 @@ namespace {
 using production::Real;
 
 // The production trainer on a backend (production/trainer.hpp). Its main state is Real (fp32, or
-// fp64 in the semantic build), so the state crosses the interface widened exactly; its test switch makes flat element 0 NaN. With
-// DP > 1 it runs one Trainer per rank: on threads of this process (thread_group.hpp), or, under
+// fp64 in the semantic build), so the state crosses the interface widened exactly; its test
+// switch makes flat element 0 NaN. With DP > 1 it runs one Trainer per rank: on threads of this
+// process (thread_group.hpp), or, under
 // `mpirun`, as this process's rank of MPI_COMM_WORLD (every rank runs the same case in
 // lockstep; a DP 1 run, such as a direct global batch, runs in each process alone). Every call
 // reaches every rank; rank 0 answers.
