@@ -28,10 +28,9 @@ using production::Real;
 // The production trainer on a backend (production/trainer.hpp). Its main state is Real (fp32, or
 // fp64 in the semantic build), so the state crosses the interface widened exactly; its test
 // switch makes flat element 0 NaN. With DP > 1 it runs one Trainer per rank: on threads of this
-// process (thread_group.hpp), or, under
-// `mpirun`, as this process's rank of MPI_COMM_WORLD (every rank runs the same case in
-// lockstep; a DP 1 run, such as a direct global batch, runs in each process alone). Every call
-// reaches every rank; rank 0 answers.
+// process (thread_group.hpp), or, under `mpirun`, as this process's rank of MPI_COMM_WORLD (every
+// rank runs the same case in lockstep; a DP 1 run, such as a direct global batch, runs in each
+// process alone). Every call reaches every rank; rank 0 answers.
 class ProductionTwin final : public Twin {
  public:
   ProductionTwin(const TwinSetup& setup, bool cuda, RankTransport transport,
@@ -105,8 +104,8 @@ class ProductionTwin final : public Twin {
   // Production consumes the shipped Sample as the provider builds it (no device-side rebuild).
   Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
   // The production run's own path: one rank writes format 1; DP ranks each write their shard and
-  // each reads only its range back (production/checkpointing.hpp).
-  // The semantic build has no checkpoints (its kind says so: TwinKind::checkpoints).
+  // each reads only its range back (production/checkpointing.hpp). The semantic build has no
+  // checkpoints (its kind says so: TwinKind::checkpoints).
   void save_checkpoint(const std::filesystem::path& directory) const override {
 #if defined(TANDEM_PRODUCTION_SEMANTIC)
     (void)directory;
