@@ -115,6 +115,30 @@ void swiglu_backward(const Real* gate, const Real* up,  // [count] each
                      Real* gate_grad,                   // [count] +=
                      Real* up_grad);                    // [count] +=
 
+// The softmax backward's D_t = sum over the span of p_ts dp_ts (attention_backward), summed in s
+// order. An overload for another scalar type may model twins that form D_t otherwise (equivalence/
+// rounding_probe.hpp: production takes dctx_t . context_t, whose roundings are the forward's).
+template <class Real>
+Real attention_expected_grad(const Real* probabilities,      // [rows] p_t, span entries
+                             const Real* probability_grads,  // [rows] dp_t, span entries
+                             std::int64_t first, std::int64_t last,
+                             const Real* /*context_grad*/,   // [hd] dctx_t
+                             const Real* /*values*/,         // v_s at values + s * value_stride
+                             std::int64_t /*value_stride*/, std::int64_t /*head_dim*/) {
+  Real expected = 0;
+  for (std::int64_t s = first; s <= last; ++s) expected += probabilities[s] * probability_grads[s];
+  return expected;
+}
+
+// Adds `part` (a row's cross-entropy, or a sample's masked sum of them) to a masked loss sum
+// (SPEC 5): `sum += part`. An overload for another scalar type may model twins that keep this sum
+// in a wider type than their other arithmetic (equivalence/rounding_probe.hpp: production sums
+// its fp32 row losses in double).
+template <class Real>
+void add_to_loss_sum(Real& sum, const Real& part) {
+  sum += part;
+}
+
 // Masked cross-entropy (SPEC 5): returns sum over rows with loss_mask 1 of
 // logsumexp(logits_t) - logits_t[label_t], over the whole (padded) vocabulary. Rows with mask 0
 // are skipped: they contribute exactly 0 to the sum and to the gradient. When logits_grad is not
