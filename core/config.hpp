@@ -144,6 +144,11 @@ struct BatchConfig {
 enum class LrDecayStyle { linear, cosine, constant };
 enum class WeightDecayIncrStyle { constant, linear, cosine };
 
+// SPEC 6: the clip coefficient is clip_grad / (norm + kClipNormEpsilon), applied when
+// clip_grad < norm + kClipNormEpsilon (Megatron's clip_grad_norm_fp32). One constant for both twins,
+// the audit and the harness.
+inline constexpr double kClipNormEpsilon = 1e-6;
+
 struct OptimizerConfig {
   double adam_beta1 = 0.9;              // first-moment decay, in [0, 1) (Megatron default)
   double adam_beta2 = 0.999;            // second-moment decay, in [0, 1) (Megatron default)

@@ -15,9 +15,6 @@
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
-// SPEC 6: coeff = clip_grad / (norm + 1e-6).
-constexpr double kClipNormEpsilon = 1e-6;
-
 // Context parallelism is not built yet; data, tensor and pipeline parallelism are, with as many
 // ranks in each group as the configuration says.
 void require_layout(const ParallelConfig& parallel, int replicas, int tensor_ranks, int stages) {

@@ -20,9 +20,6 @@ namespace {
 
 using Wide = boost::multiprecision::cpp_bin_float_50;
 
-// SPEC 6's epsilon, as both trainers write it (a double 1e-6; the reference widens it exactly).
-constexpr double kClipNormEpsilon = 1e-6;
-
 // The shortest decimal that reads back as the same double (so two texts differ iff the bits do).
 std::string text(double value) {
   std::array<char, 64> digits{};

@@ -168,7 +168,7 @@ Real Trainer<Real>::gradient_norm() const {
 template <class Real>
 Real Trainer<Real>::clip(const Real& grad_norm, IterationRecord& record) {
   if (config_.optimizer.clip_grad <= 0.0) return Real(1);
-  const Real epsilon = switches_.mutants.clip_without_epsilon ? Real(0) : Real(1e-6);  // test-only mutant
+  const Real epsilon = switches_.mutants.clip_without_epsilon ? Real(0) : Real(kClipNormEpsilon);  // test-only mutant
   const Real coeff = Real(config_.optimizer.clip_grad) / (grad_norm + epsilon);
   if (!(coeff < Real(1))) return Real(1);
   record.clipped = true;
@@ -296,7 +296,7 @@ void Trainer<Real>::clip_each_replica_mutant() {
   for (auto& grads : replica_grads_) {
     Real sum_of_squares = Real(0);
     for (const Real& g : grads) sum_of_squares += g * g;
-    const Real coeff = Real(config_.optimizer.clip_grad) / (sqrt(sum_of_squares) + Real(1e-6));
+    const Real coeff = Real(config_.optimizer.clip_grad) / (sqrt(sum_of_squares) + Real(kClipNormEpsilon));
     if (coeff < Real(1)) {
       for (Real& g : grads) g *= coeff;
     }
