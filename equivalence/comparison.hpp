@@ -92,9 +92,18 @@ struct UpdateObservation {
   std::vector<Sample> batch;
 };
 
+// Whether the harness's properties hold their cases to the statistical bounds too
+// (equivalence/statistical_bounds.hpp): yes unless the environment sets
+// TANDEM_EQUIVALENCE_BOUNDS=rigorous (ci/test's sanitizer runs, where the probes' arithmetic would
+// take most of the time and tests nothing about memory or threads; tests that build their own
+// PrecisionPair, and tandem check, are not affected). Any other value than "rigorous" or
+// "statistical" throws std::invalid_argument.
+bool statistical_bounds_enabled();
+
 // The bounds an update's gradient (before clipping), norm and loss are held to: tolerance.hpp's
 // worst case, and where the reference's batch is known and no side stores bf16, per element the
-// smaller of it and error_bounds.hpp's first-order bound (norm: sqrt of the elements' squares).
+// smallest of it, error_bounds.hpp's first-order bound (norm: from the elements' bounds) and,
+// unless PrecisionPair::rigorous_only, statistical_bounds.hpp's.
 struct UpdateBounds {
   std::vector<double> gradient;  // [P] |g_test - g_ref| before clipping
   double norm = 0;

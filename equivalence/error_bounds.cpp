@@ -325,8 +325,14 @@ class ErrorPass {
   Bounded logits_grad_;                 // [seq, V]
 };
 
-// SPEC 5's loss scale of every sample of the batch, as the reference trainer groups them.
-std::vector<double> loss_scales(const RunConfig& config, const std::vector<Sample>& batch) {
+}  // namespace
+
+bool per_element_bounds_apply(const PrecisionPair& precisions) {
+  return precisions.under_test.compute_roundoff <= precisions.under_test.unit_roundoff &&
+         precisions.reference.compute_roundoff <= precisions.reference.unit_roundoff;
+}
+
+std::vector<double> sample_loss_scales(const RunConfig& config, const std::vector<Sample>& batch) {
   const std::int64_t first = batch.empty() ? 0 : batch.front().global_index;
   std::int64_t global_loss_tokens = 0;
   for (const Sample& sample : batch) global_loss_tokens += sample.loss_tokens;
@@ -353,19 +359,12 @@ std::vector<double> loss_scales(const RunConfig& config, const std::vector<Sampl
   return scales;
 }
 
-}  // namespace
-
-bool per_element_bounds_apply(const PrecisionPair& precisions) {
-  return precisions.under_test.compute_roundoff <= precisions.under_test.unit_roundoff &&
-         precisions.reference.compute_roundoff <= precisions.reference.unit_roundoff;
-}
-
 GradientErrorBounds gradient_error_bounds(const RunConfig& config, const std::vector<double>& params,
                                           const std::vector<Sample>& batch,
                                           const PrecisionPair& precisions) {
   const Rounding rounding = error_ops::rounding_of(precisions);
   ErrorPass pass(config, params, rounding);
-  const std::vector<double> scales = loss_scales(config, batch);
+  const std::vector<double> scales = sample_loss_scales(config, batch);
   double loss_error_sum = 0;
   double absolute_loss = 0;
   std::int64_t loss_tokens = 0;

@@ -31,6 +31,10 @@ GradientErrorBounds gradient_error_bounds(const RunConfig& config, const std::ve
                                           const std::vector<Sample>& batch,
                                           const PrecisionPair& precisions);
 
+// SPEC 5's loss scale of every sample of `batch` (as gradient_error_bounds), as the reference
+// trainer groups them into microbatches and replicas.
+std::vector<double> sample_loss_scales(const RunConfig& config, const std::vector<Sample>& batch);
+
 // Whether the per-element bounds hold for this pair: not when either side stores bf16 (a
 // first-order bound failed there once, docs/EQUIVALENCE.md "Soak findings"; those twins keep
 // the worst-case bound).

@@ -206,6 +206,7 @@ production::ProductionMutants production_mutants(std::optional<Mutant> mutant) {
   mutants.clip_without_epsilon = mutant == Mutant::production_clip_without_epsilon;
   mutants.adam_epsilon_scaled_by_bias_correction = mutant == Mutant::adam_epsilon_scaled_by_bias_correction;
   mutants.loss_scale_one_part_in_a_billion = mutant == Mutant::loss_scale_one_part_in_a_billion;
+  mutants.norm_squares_summed_in_fp32 = mutant == Mutant::norm_squares_summed_in_fp32;
   return mutants;
 }
 

@@ -16,6 +16,7 @@
 #include <rapidcheck/detail/Configuration.h>
 #include <rapidcheck/detail/TestListener.h>
 
+#include "core/config.hpp"
 #include "core/data/packing.hpp"
 #include "core/model_layout.hpp"
 #include "equivalence/comparison.hpp"
@@ -49,6 +50,14 @@ void tally_sharpness(const Report& report, const PrecisionPair* precisions) {
     tally.case_medians.push_back(sharpness.median);
     tally.case_maxima.push_back(sharpness.max);
   }
+}
+
+// The precisions a property holds a case to: the rigorous bounds alone under
+// TANDEM_EQUIVALENCE_BOUNDS=rigorous (statistical_bounds_enabled).
+PrecisionPair harness_pair(const Precision& under_test, const Precision& reference) {
+  PrecisionPair pair{under_test, reference};
+  pair.rigorous_only = !statistical_bounds_enabled();
+  return pair;
 }
 
 // Asserts the report's verdict, agreed over ranks, with the report as the diagnosis; tallies its
@@ -203,10 +212,10 @@ double clip_for(const UpdateCase& c, const RunConfig& config,
   const double margin = std::min(0.25, 4 * relative);
   switch (c.clip) {
     case ClipMode::off: return 0.0;
-    case ClipMode::inactive: return 4 * (norm + 1e-6);
-    case ClipMode::active: return (norm + 1e-6) / 4;
-    case ClipMode::just_above_threshold: return (norm + 1e-6) * (1 + margin);
-    case ClipMode::just_below_threshold: return (norm + 1e-6) * (1 - margin);
+    case ClipMode::inactive: return 4 * (norm + kClipNormEpsilon);
+    case ClipMode::active: return (norm + kClipNormEpsilon) / 4;
+    case ClipMode::just_above_threshold: return (norm + kClipNormEpsilon) * (1 + margin);
+    case ClipMode::just_below_threshold: return (norm + kClipNormEpsilon) * (1 - margin);
   }
   return 0.0;
 }
@@ -219,7 +228,7 @@ void updates_match(const TwinKind& kind, bool compare_consumed_samples) {
   limits.injections = true;
   UpdateCase c = *update_case(limits);
   adapt_to(kind, c);
-  const PrecisionPair precisions{precision_of(kind, c.config), fp64()};
+  const PrecisionPair precisions = harness_pair(precision_of(kind, c.config), fp64());
   RunConfig reference_config = with_layout(c.config, c.reference_layout);
   const auto samples = shipped_samples(reference_config, c.documents);
   reference_config.optimizer.clip_grad = clip_for(c, reference_config, samples, precisions);
@@ -255,7 +264,7 @@ void accumulated_microbatches_equal_the_direct_global_batch(const TwinKind& kind
   const std::vector<BatchLayout> layouts = all_layouts(gbs);
   const RunConfig direct_config = with_layout(c.config, layouts.front());
   const auto samples = shipped_samples(direct_config, c.documents);
-  const PrecisionPair precisions{precision_of(kind, c.config), precision_of(kind, c.config)};
+  const PrecisionPair precisions = harness_pair(precision_of(kind, c.config), precision_of(kind, c.config));
 
   auto direct = kind.make(setup_for(direct_config, samples, {}, 0));
   move_to_position(*direct, starting_samples(c), gbs);
@@ -486,10 +495,10 @@ void the_clip_decision_holds_within_1e7_of_its_threshold(const TwinKind& kind) {
   const double norm = probed.grad_norm;
   if (!(norm > 0) || !std::isfinite(norm)) return;  // no norm to place a threshold against
   const double relative = below ? -1e-7 : 1e-7;
-  config.optimizer.clip_grad = (norm + 1e-6) * (1 + relative);
+  config.optimizer.clip_grad = (norm + kClipNormEpsilon) * (1 + relative);
   const IterationRecord record = first_update();
-  const bool clipped = config.optimizer.clip_grad < norm + 1e-6;
-  const double coefficient = clipped ? config.optimizer.clip_grad / (norm + 1e-6) : 1.0;
+  const bool clipped = config.optimizer.clip_grad < norm + kClipNormEpsilon;
+  const double coefficient = clipped ? config.optimizer.clip_grad / (norm + kClipNormEpsilon) : 1.0;
   Report report;
   std::ostringstream note;
   note << "clip " << config.optimizer.clip_grad << " = (norm + 1e-6) x (1 " << (below ? "- " : "+ ")
@@ -615,7 +624,7 @@ void microbatch_mean_differs_exactly_when_loss_token_counts_differ(const TwinKin
     // true difference d_i exceeds b_a,i + b_b,i the normalizations are told apart, and the twin's
     // difference must have d_i's sign and at least |d_i| - b_a,i - b_b,i. Without such an element
     // the twin is held to "not bitwise equal" only.
-    const PrecisionPair pair{precision, fp64()};
+    const PrecisionPair pair = harness_pair(precision, fp64());
     auto observe = [&](const RunConfig& config) {
       auto truth = reference_twin().make(setup_for(config, samples, {}, 0));
       move_to_position(*truth, start, gbs);
@@ -733,8 +742,9 @@ std::vector<PropertyEntry> make_properties() {
        Comparison::approximate,
        "counters, lr, wd, step, flags and consumed samples exact; loss, norm, clip coefficient, "
        "gradient, weights, m, v within tolerance.hpp's norm/AdamW-element bounds and, per "
-       "element, the smaller of error_bounds.hpp's first-order bound and tolerance.hpp's worst "
-       "case (gamma_n of both arithmetics, n = GBS x seq x max(d, F, V))",
+       "element, the smallest of error_bounds.hpp's first-order bound, tolerance.hpp's worst "
+       "case (gamma_n of both arithmetics, n = GBS x seq x max(d, F, V)) and, without bf16, "
+       "statistical_bounds.hpp's (exceeded with probability 1e-12 under its rounding model)",
        400, always, updates_match_the_reference,
        {Mutant::decay_norm_weights, Mutant::l2_instead_of_decoupled, Mutant::clip_per_rank,
         Mutant::eps_inside_sqrt, Mutant::bias_correction_off_by_one,
@@ -746,7 +756,8 @@ std::vector<PropertyEntry> make_properties() {
         Mutant::row_parallel_not_summed, Mutant::tied_embedding_not_summed,
         Mutant::tied_embedding_counted_twice, Mutant::stage_local_norm, Mutant::microbatches_out_of_order,
         Mutant::last_stage_microbatch_loss, Mutant::production_clip_without_epsilon,
-        Mutant::adam_epsilon_scaled_by_bias_correction, Mutant::loss_scale_one_part_in_a_billion}});
+        Mutant::adam_epsilon_scaled_by_bias_correction, Mutant::loss_scale_one_part_in_a_billion,
+        Mutant::norm_squares_summed_in_fp32}});
   entries.push_back(
       {"TrainingOutputsMatchTheReference",
        "the twin under test's training outputs alone (no sample inspection) equal the reference's",

@@ -189,8 +189,8 @@ AdamwElementBound adamw_element_bound(const AdamwElementInput& in,
 double clipped_gradient_bound(double grad, double grad_error, double norm, double norm_error,
                               double coeff, const PrecisionPair& precisions) {
   const double u = precisions.under_test.unit_roundoff + precisions.reference.unit_roundoff;
-  const double shifted = norm + 1e-6;  // SPEC 6's epsilon
-  const double low = std::max(shifted - norm_error, 1e-6);
+  const double shifted = norm + kClipNormEpsilon;  // SPEC 6
+  const double low = std::max(shifted - norm_error, kClipNormEpsilon);
   const double coeff_error = std::min(1.0, coeff * norm_error / low + 2 * u * coeff);  // in (0, 1]
   return coeff * grad_error + std::abs(grad) * coeff_error + u * std::abs(grad) * coeff;
 }

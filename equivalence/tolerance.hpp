@@ -64,6 +64,9 @@ ReductionShape reduction_shape(const RunConfig& config);
 struct PrecisionPair {
   Precision under_test;
   Precision reference;
+  // Hold the pair to the rigorous bounds alone: no statistical bound
+  // (equivalence/statistical_bounds.hpp), so no finding can be a false alarm of the model.
+  bool rigorous_only = false;
 };
 
 // Gradient element (after reduction, before clipping), the worst case: every element gets the

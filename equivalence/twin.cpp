@@ -142,7 +142,8 @@ reference::Mutants trainer_mutants(Mutant mutant) {
     case Mutant::last_stage_microbatch_loss:
     case Mutant::production_clip_without_epsilon:
     case Mutant::adam_epsilon_scaled_by_bias_correction:
-    case Mutant::loss_scale_one_part_in_a_billion: break;  // production-side
+    case Mutant::loss_scale_one_part_in_a_billion:
+    case Mutant::norm_squares_summed_in_fp32: break;  // production-side
   }
   return m;
 }
@@ -188,7 +189,7 @@ std::vector<Mutant> all_mutants() {
           Mutant::tied_embedding_counted_twice, Mutant::stage_local_norm,
           Mutant::microbatches_out_of_order, Mutant::last_stage_microbatch_loss,
           Mutant::production_clip_without_epsilon, Mutant::adam_epsilon_scaled_by_bias_correction,
-          Mutant::loss_scale_one_part_in_a_billion};
+          Mutant::loss_scale_one_part_in_a_billion, Mutant::norm_squares_summed_in_fp32};
 }
 
 std::string to_string(Mutant mutant) {
@@ -219,6 +220,7 @@ std::string to_string(Mutant mutant) {
     case Mutant::production_clip_without_epsilon: return "production_clip_without_epsilon";
     case Mutant::adam_epsilon_scaled_by_bias_correction: return "adam_epsilon_scaled_by_bias_correction";
     case Mutant::loss_scale_one_part_in_a_billion: return "loss_scale_one_part_in_a_billion";
+    case Mutant::norm_squares_summed_in_fp32: return "norm_squares_summed_in_fp32";
   }
   return "?";
 }
@@ -352,10 +354,12 @@ static bool is_semantic_side(Mutant mutant) {
          mutant == Mutant::loss_scale_one_part_in_a_billion;
 }
 
+bool is_precision_side(Mutant mutant) { return mutant == Mutant::norm_squares_summed_in_fp32; }
+
 bool is_production_side(Mutant mutant) {
   return mutant == Mutant::unreduced_gradients || mutant == Mutant::rank_local_loss_denominator ||
          mutant == Mutant::shard_local_norm || is_tensor_parallel_side(mutant) || is_pipeline_parallel_side(mutant) ||
-         is_semantic_side(mutant);
+         is_semantic_side(mutant) || is_precision_side(mutant);
 }
 
 TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
@@ -370,9 +374,16 @@ TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
       kind.make = semantic_production_twin_maker(RankTransport::threads, mutant).make;
       return kind;
     }
-    // The production trainer itself, on 2 ranks (threads), with one data- or tensor-parallel bug.
     TwinKind kind = production_twin(false);
     kind.name = "mutant-" + to_string(mutant);
+    kind.adamw_element = nullptr;
+    if (is_precision_side(mutant)) {
+      // The production trainer (fp32 or bf16, any layout) with one rounding in the wrong precision.
+      kind.description = "production trainer (cpu) with the mutant " + to_string(mutant);
+      kind.make = production_twin_maker(false, RankTransport::threads, mutant).make;
+      return kind;
+    }
+    // The production trainer itself, on 2 ranks (threads), with one data- or tensor-parallel bug.
     const bool tensor = is_tensor_parallel_side(mutant);
     const bool pipeline = is_pipeline_parallel_side(mutant);
     kind.description = "production trainer (cpu, 2 " +
@@ -386,7 +397,6 @@ TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
     } else {
       kind.required_data_parallel = 2;
     }
-    kind.adamw_element = nullptr;
     kind.make = production_twin_maker(false, RankTransport::threads, mutant).make;
     return kind;
   }

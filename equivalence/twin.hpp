@@ -114,10 +114,15 @@ enum class Mutant {
   production_clip_without_epsilon,  // production's clip coefficient as clip / norm
   adam_epsilon_scaled_by_bias_correction,  // AdamW adds eps * sqrt(1 - b2^t), not eps, to sqrt(v_hat)
   loss_scale_one_part_in_a_billion,  // the gradients' loss scale (1 + 1e-9) x SPEC 5's
+  // A precision bug of a few fp32 roundings (production fp32: only the statistical bounds see it;
+  // issue 15 item 2):
+  norm_squares_summed_in_fp32,  // the norm's squares added in fp32, not double
 };
 std::vector<Mutant> all_mutants();
 std::string to_string(Mutant mutant);  // "eps_inside_sqrt"
 bool is_production_side(Mutant mutant);
+// A precision bug that only the statistical bounds see (in fp32).
+bool is_precision_side(Mutant mutant);
 
 // A kind of twin: how to build one, and its arithmetic.
 struct TwinKind {

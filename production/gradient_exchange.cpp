@@ -153,7 +153,8 @@ GradientNorm GradientExchange::norm(bool own_slices) {
                                              shards_.slice(bucket), kNormBlockElements});
     block += shards_.slice(bucket) / kNormBlockElements;
   }
-  const std::vector<double> mine = norm_blocks_.download();
+  std::vector<double> mine = norm_blocks_.download();
+  if (hooks_ != nullptr && hooks_->sums_norm_squares_in_fp32()) mine = fp32_norm_blocks();  // StepHooks point
   const std::vector<double> blocks = all_gather_values(*replicas_, mine);  // [DP, block]
   double sum_of_squares = 0.0;
   std::int64_t first = 0;  // the bucket's first block in each rank's row
@@ -170,6 +171,23 @@ GradientNorm GradientExchange::norm(bool own_slices) {
     for (const double partial : mine) norm.own_sum_of_squares += partial;
   }
   return norm;
+}
+
+std::vector<double> GradientExchange::fp32_norm_blocks() const {
+  const std::vector<Real> grads = main_grads_.download();
+  std::vector<double> blocks;
+  for (std::size_t bucket = 0; bucket < shards_.buckets.size(); ++bucket) {
+    const std::int64_t begin = shards_.slice_begin(bucket, replicas_->rank());
+    for (std::int64_t block = 0; block < shards_.slice(bucket) / kNormBlockElements; ++block) {
+      float sum = 0.0F;
+      for (std::int64_t i = 0; i < kNormBlockElements; ++i) {
+        const auto value = static_cast<float>(grads[static_cast<std::size_t>(begin + block * kNormBlockElements + i)]);
+        sum += value * value;
+      }
+      blocks.push_back(sum);
+    }
+  }
+  return blocks;
 }
 
 double GradientNorm::global() const { return std::sqrt(sum_of_squares); }

@@ -112,6 +112,9 @@ class GradientExchange {
   // received_grads_'s rows.
   void sum_in_rank_order(Real* mine, std::int64_t count);
   void gather_bucket(ComputeBuffer& compute, std::size_t bucket);
+  // This rank's norm block sums with fp32 accumulators (the StepHooks mutant
+  // sums_norm_squares_in_fp32).
+  std::vector<double> fp32_norm_blocks() const;
 
   Backend* backend_ = nullptr;
   std::shared_ptr<Collectives> replicas_;

@@ -3,10 +3,10 @@
 
 #include <cmath>
 
+#include "core/config.hpp"
+
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
-
-constexpr double kSpec6Epsilon = 1e-6;  // SPEC 6: coeff = clip / (norm + 1e-6)
 
 class TestHooks final : public StepHooks {
  public:
@@ -23,7 +23,7 @@ class TestHooks final : public StepHooks {
     return faults_.nonfinite_loss_iterations.count(iteration) != 0 ? faults_.nonfinite_loss_value : loss;
   }
   double clip_norm(double global_norm, double own_slices_norm) const override {
-    if (mutants_.clip_without_epsilon) return global_norm - kSpec6Epsilon;  // clip / (norm - eps + eps)
+    if (mutants_.clip_without_epsilon) return global_norm - kClipNormEpsilon;  // clip / (norm - eps + eps)
     return mutants_.shard_local_norm ? own_slices_norm : global_norm;
   }
   double adam_epsilon(double eps, double bias_correction2) const override {
@@ -33,6 +33,7 @@ class TestHooks final : public StepHooks {
   bool rounds_main_gradients_to_bf16_between_microbatches() const override {
     return mutants_.bf16_main_gradients_between_microbatches;
   }
+  bool sums_norm_squares_in_fp32() const override { return mutants_.norm_squares_summed_in_fp32; }
   bool sums_sequence_parallel_gradients() const override { return !mutants_.unsummed_sequence_parallel_gradients; }
   bool counts_replicated_once() const override { return !mutants_.replicated_counted_per_rank; }
   bool normalizes_over_whole_vocabulary() const override { return !mutants_.local_vocabulary_normalizer; }
@@ -69,7 +70,7 @@ std::shared_ptr<const StepHooks> make_test_hooks(const FaultSchedule& faults, co
                           !mutants.stage_local_norm && !mutants.microbatches_out_of_order &&
                           !mutants.last_stage_microbatch_loss && !mutants.clip_without_epsilon &&
                           !mutants.adam_epsilon_scaled_by_bias_correction &&
-                          !mutants.loss_scale_one_part_in_a_billion;
+                          !mutants.loss_scale_one_part_in_a_billion && !mutants.norm_squares_summed_in_fp32;
   if (no_faults && no_mutants) return nullptr;
   return std::make_shared<TestHooks>(faults, mutants);
 }

@@ -48,6 +48,9 @@ class StepHooks {
   // SPEC 7: whether the main gradients are rounded to bf16 after each microbatch's backward but the
   // last (as if they were held in bf16); false: they stay fp32 across microbatches.
   virtual bool rounds_main_gradients_to_bf16_between_microbatches() const { return false; }
+  // SPEC 6: whether each block of the norm's squares is summed in fp32 (a float accumulator);
+  // false: in double, each square of an fp32 value exact (kernels/optimizer_host.cpp).
+  virtual bool sums_norm_squares_in_fp32() const { return false; }
 
   // Tensor parallelism (production/model.hpp, trainer.cpp):
   // whether the replicated tensors' partial gradients are summed over TP under sequence parallelism;
@@ -94,6 +97,9 @@ struct ProductionMutants {
   bool shard_local_norm = false;             // clip by this rank's shard's norm, not the global one
   // A precision bug (any parallelism): the main gradients rounded to bf16 between microbatches.
   bool bf16_main_gradients_between_microbatches = false;
+  // A precision bug of a few fp32 roundings (any parallelism), which only the statistical bounds
+  // see in fp32 (equivalence/statistical_bounds.hpp): the norm's squares summed in fp32.
+  bool norm_squares_summed_in_fp32 = false;
   // Semantic bugs of about one part in a million (any parallelism), which only the semantic twin's
   // bounds see (production/arithmetic.hpp):
   bool clip_without_epsilon = false;  // SPEC 6's coefficient as clip / norm (the 1e-6 dropped)
