@@ -12,10 +12,13 @@
 // With --data-parallel-size N the production twin runs N ranks on threads of this process; under
 // `mpirun -np N` (or srun) each process is one of its N ranks, exchanging through MPI as
 // `tandem train` does, and rank 0 prints the report.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <ostream>
+#include <sstream>
 #include <stdexcept>
 
 #include "cli/command.hpp"
@@ -24,11 +27,13 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/main_state.hpp"
 #include "core/checkpoint/resume_check.hpp"
+#include "core/host_memory.hpp"
 #include "core/data/training_data.hpp"
 #include "core/model_layout.hpp"
 #include "core/train/train_options.hpp"
 #include "equivalence/comparison.hpp"
 #include "equivalence/error_bounds.hpp"
+#include "equivalence/statistical_bounds.hpp"
 #include "equivalence/twin.hpp"
 #include "equivalence/verdict.hpp"
 #include "production/collectives/mpi.hpp"
@@ -115,6 +120,32 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
     return 2;
   }
 
+  equivalence::PrecisionPair precisions{equivalence::precision_of(fast, config), truth.precision};
+  precisions.rigorous_only = state.rigorous_bounds;
+  // The statistical bounds' rounding probe takes 160 bytes a value: refuse a model it cannot hold
+  // before anything allocates (every rank alike: each reads the same machine's memory).
+  if (!precisions.rigorous_only && equivalence::per_element_bounds_apply(precisions)) {
+    const std::optional<double> available = host_available_bytes();
+    const double needed = equivalence::statistical_bounds_bytes(config);
+    const double share = available ? *available / std::max(session.local_size(), 1) : 0;
+    if (available && needed > share) {
+      const auto gib = [](double bytes) {
+        std::ostringstream text;
+        text << std::fixed << std::setprecision(2) << bytes / (1024.0 * 1024.0 * 1024.0);
+        return text.str();
+      };
+      throw ConfigError({ConfigIssue{
+          "--hidden-size", std::to_string(config.model.hidden_size),
+          "with --num-layers " + std::to_string(config.model.num_layers) + " and --seq-length " +
+              std::to_string(config.model.seq_length) + " the statistical bounds' rounding probe needs " +
+              gib(needed) + " GiB (160 bytes for each parameter, gradient element and value of one sample's "
+              "forward and backward) and this machine has " + gib(share) + " GiB available" +
+              (session.local_size() > 1 ? " for each of its " + std::to_string(session.local_size()) + " ranks"
+                                         : ""),
+          "add --rigorous-bounds (the worst-case bounds alone, no probe), or check a smaller model"}});
+    }
+  }
+
   TrainOptions options;
   options.data_cache = state.data_cache;
   // Rank 0 builds the embedded corpus (when it is used) before the others open it.
@@ -125,8 +156,6 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
   setup.samples = reference::open_training_samples(config, options);
   auto truth_twin = truth.make(setup);
   auto fast_twin = fast.make(setup);
-  equivalence::PrecisionPair precisions{equivalence::precision_of(fast, config), truth.precision};
-  precisions.rigorous_only = state.rigorous_bounds;
   const ModelLayout layout = make_model_layout(config.model);
   // --load: both twins start from the checkpoint's state (any engine's; the fast twin rounds it
   // to its main precision and the truth starts every update from the fast twin's copy).
@@ -229,7 +258,8 @@ Command add_check_command(CLI::App& parent) {
   sub->add_flag("--rigorous-bounds", state->rigorous_bounds,
                 "hold the twins to the rigorous bounds alone, without the statistical ones "
                 "(which a correct twin exceeds with probability 1e-12 per value under their "
-                "rounding model; default: both, the smaller per value)")->group(group);
+                "rounding model; default: both, the smaller per value; their probe takes 160 bytes "
+                "a value, and a model it cannot hold is refused)")->group(group);
   // Test-only (hidden): the fast twin is a deliberately wrong reference, so tests can show that
   // the exit status is the verdict.
   sub->add_option("--test-mutant", state->test_mutant)->group("");

@@ -30,6 +30,12 @@ double probe_bound_factor() {
   return factor;
 }
 
+double statistical_bounds_bytes(const RunConfig& config) {
+  const auto parameters = static_cast<double>(make_model_layout(config.model).total_elements);
+  const auto activations = static_cast<double>(reference::workspace_values(config.model, config.model.seq_length));
+  return static_cast<double>(sizeof(Probed)) * (2 * parameters + activations) + sizeof(double) * parameters;
+}
+
 StatisticalBounds statistical_error_bounds(const RunConfig& config, const std::vector<double>& params,
                                            const std::vector<Sample>& batch,
                                            const PrecisionPair& precisions, std::uint64_t seed) {

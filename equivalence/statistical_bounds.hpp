@@ -45,4 +45,9 @@ StatisticalBounds statistical_error_bounds(const RunConfig& config, const std::v
                                            const std::vector<Sample>& batch,
                                            const PrecisionPair& precisions, std::uint64_t seed);
 
+// The memory statistical_error_bounds takes for `config` (the probed parameters and gradient, one
+// sample's probed activations and scratch, the bounds): 160 bytes a value, for refusing a model
+// too large for it before it allocates (tandem check).
+double statistical_bounds_bytes(const RunConfig& config);
+
 }  // namespace tandem::equivalence

@@ -3,7 +3,6 @@
 #include "production/run.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <optional>
@@ -19,6 +18,7 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/save_lock.hpp"
 #include "core/data/training_data.hpp"
+#include "core/host_memory.hpp"
 #include "core/planner.hpp"
 #include "core/train/audit_selection.hpp"
 #include "core/train/records.hpp"
@@ -124,14 +124,7 @@ std::optional<double> available_bytes(Device device, int device_index) {
     const tandem::cuda::DeviceMemory memory = tandem::cuda::device_memory(device_index);
     return memory.total_bytes > 0 ? std::optional<double>(static_cast<double>(memory.free_bytes)) : std::nullopt;
   }
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string key; meminfo >> key;) {
-    double kibibytes = 0;
-    std::string unit;
-    meminfo >> kibibytes >> unit;
-    if (key == "MemAvailable:") return kibibytes * 1024.0;
-  }
-  return std::nullopt;
+  return host_available_bytes();
 }
 
 // Refuses in milliseconds a run whose memory cannot fit (a 10^8-position sequence ran 12 s and

@@ -5,6 +5,10 @@
 
 namespace tandem::reference {
 
+std::int64_t workspace_values(const ModelConfig& config, std::int64_t sequence_length) {
+  return counted_workspace_values(Dimensions(config), sequence_length);
+}
+
 TANDEM_INSTANTIATE_REFERENCE_MODEL(double)
 TANDEM_INSTANTIATE_REFERENCE_MODEL(boost::multiprecision::cpp_bin_float_50)
 

@@ -49,4 +49,9 @@ template <class Real>
 std::vector<Real> forward_logits(const ModelConfig& config, const ModelLayout& layout,
                                  const std::vector<Real>& params, const Sample& sample);
 
+// How many `Real`s one sample's forward and backward hold beside the parameters and gradients
+// (every activation and the backward's scratch, at `sequence_length` positions): for estimating
+// the memory of a wide or probed `Real` before it is spent (tandem check's statistical bounds).
+std::int64_t workspace_values(const ModelConfig& config, std::int64_t sequence_length);
+
 }  // namespace tandem::reference

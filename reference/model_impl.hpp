@@ -64,6 +64,15 @@ struct BlockActivations {
   std::vector<Real> hidden;           // [seq, F] silu(gate) * up
 };
 
+// How many values Workspace::prepare allocates (model.hpp's workspace_values); prepare checks
+// itself against it.
+inline std::int64_t counted_workspace_values(const Dimensions& dims, std::int64_t seq) {
+  const std::int64_t per_block = 4 * seq * dims.width + 2 * seq + 2 * seq * dims.query_width +
+                                 2 * seq * dims.kv_width + dims.heads * seq * seq + 3 * seq * dims.ffn;
+  return 2 * (seq * dims.head_dim / 2) + dims.layers * per_block + 5 * seq * dims.width + seq +
+         2 * seq * dims.vocab + 2 * seq * dims.query_width + 2 * seq * dims.kv_width + 3 * seq * dims.ffn;
+}
+
 // Every activation of one sample, and the scratch its backward needs; reused across samples.
 template <class Real>
 struct Workspace {
@@ -125,6 +134,28 @@ struct Workspace {
     resize(hidden_grad, seq * dims.ffn);
     resize(gate_grad, seq * dims.ffn);
     resize(up_grad, seq * dims.ffn);
+    if (held_values() != counted_workspace_values(dims, seq)) {
+      throw std::logic_error("reference Workspace: counted_workspace_values disagrees with prepare");
+    }
+  }
+
+  std::int64_t held_values() const {
+    std::int64_t values = 0;
+    for (const BlockActivations<Real>& block : blocks) {
+      for (const std::vector<Real>* buffer :
+           {&block.block_input, &block.attn_inverse_rms, &block.attn_normed, &block.query, &block.key,
+            &block.value, &block.probabilities, &block.context, &block.mid, &block.mlp_inverse_rms,
+            &block.mlp_normed, &block.gate, &block.up, &block.hidden}) {
+        values += static_cast<std::int64_t>(buffer->size());
+      }
+    }
+    for (const std::vector<Real>* buffer :
+         {&rope_cosines, &rope_sines, &stream, &branch_output, &final_inverse_rms, &final_normed, &logits,
+          &logits_grad, &stream_grad, &normed_grad, &context_grad, &query_grad, &key_grad, &value_grad,
+          &hidden_grad, &gate_grad, &up_grad}) {
+      values += static_cast<std::int64_t>(buffer->size());
+    }
+    return values;
   }
 };
 

@@ -50,6 +50,22 @@ TEST(CheckCommand, ItSaysTheValidationLossIsNotCompared) {
   EXPECT_EQ(without.output.find("not compared"), std::string::npos) << without.output;
 }
 
+// The statistical bounds' rounding probe takes 160 bytes a value: a model it cannot hold (here
+// about 2 TiB of probes) is refused before anything allocates, naming the need, what there is and
+// the way out (--rigorous-bounds); it used to allocate until the kernel killed it.
+TEST(CheckCommand, AModelTheRoundingProbeCannotHoldIsRefusedBeforeItAllocates) {
+  const std::vector<std::string> huge = {
+      "check", "--train-samples", "16", "--num-layers", "32", "--hidden-size", "4096",
+      "--num-attention-heads", "32", "--seq-length", "4096", "--global-batch-size", "4",
+      "--micro-batch-size", "2", "--data-cache",
+      (std::filesystem::path(::testing::TempDir()) / "tandem-check-corpus").string()};
+  const auto result = testing::run_tandem(huge, "", "2>&1");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  for (const char* words : {"--hidden-size = 4096", "rounding probe needs", "GiB available", "--rigorous-bounds"}) {
+    EXPECT_NE(result.output.find(words), std::string::npos) << words << "\n" << result.output;
+  }
+}
+
 TEST(CheckCommand, TheDoubleReferenceIsHeldAgainstFiftyDigits) {
   const auto result =
       testing::run_tandem(tiny_check({"--updates", "1", "--fast-twin", "reference-double"}), "", "2>&1");
