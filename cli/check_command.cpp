@@ -13,12 +13,10 @@
 // `mpirun -np N` (or srun) each process is one of its N ranks, exchanging through MPI as
 // `tandem train` does, and rank 0 prints the report.
 #include <algorithm>
-#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <stdexcept>
 
 #include "cli/command.hpp"
@@ -125,23 +123,15 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
   // The statistical bounds' rounding probe takes 160 bytes a value: refuse a model it cannot hold
   // before anything allocates (every rank alike: each reads the same machine's memory).
   if (!precisions.rigorous_only && equivalence::per_element_bounds_apply(precisions)) {
-    const std::optional<double> available = host_available_bytes();
+    const std::optional<double> share = host_share_bytes(session.local_size());
     const double needed = equivalence::statistical_bounds_bytes(config);
-    const double share = available ? *available / std::max(session.local_size(), 1) : 0;
-    if (available && needed > share) {
-      const auto gib = [](double bytes) {
-        std::ostringstream text;
-        text << std::fixed << std::setprecision(2) << bytes / (1024.0 * 1024.0 * 1024.0);
-        return text.str();
-      };
+    if (share && needed > *share) {
       throw ConfigError({ConfigIssue{
           "--hidden-size", std::to_string(config.model.hidden_size),
           "with --num-layers " + std::to_string(config.model.num_layers) + " and --seq-length " +
               std::to_string(config.model.seq_length) + " the statistical bounds' rounding probe needs " +
-              gib(needed) + " GiB (160 bytes for each parameter, gradient element and value of one sample's "
-              "forward and backward) and this machine has " + gib(share) + " GiB available" +
-              (session.local_size() > 1 ? " for each of its " + std::to_string(session.local_size()) + " ranks"
-                                         : ""),
+              gib_text(needed) + " GiB (160 bytes for each parameter, gradient element and value of one sample's "
+              "forward and backward) and " + host_share_text(*share, session.local_size()),
           "add --rigorous-bounds (the worst-case bounds alone, no probe), or check a smaller model"}});
     }
   }

@@ -117,14 +117,14 @@ std::vector<std::string> pipeline_stage_texts(const PipelineStages& stages) {
   return out;
 }
 
-// Bytes this machine can give a rank now: the device's free memory on cuda, MemAvailable of
-// /proc/meminfo on cpu; nothing when it cannot tell.
-std::optional<double> available_bytes(Device device, int device_index) {
+// Bytes this machine can give a rank now: the device's free memory on cuda, the rank's share of
+// MemAvailable (/proc/meminfo) among the node's `ranks_here` on cpu; nothing when it cannot tell.
+std::optional<double> available_bytes(Device device, int device_index, int ranks_here) {
   if (device == Device::cuda) {
     const tandem::cuda::DeviceMemory memory = tandem::cuda::device_memory(device_index);
     return memory.total_bytes > 0 ? std::optional<double>(static_cast<double>(memory.free_bytes)) : std::nullopt;
   }
-  return host_available_bytes();
+  return host_share_bytes(ranks_here);
 }
 
 // Refuses in milliseconds a run whose memory cannot fit (a 10^8-position sequence ran 12 s and
@@ -132,29 +132,22 @@ std::optional<double> available_bytes(Device device, int device_index) {
 // (core/planner.hpp, which counts tandem's own trainer) are a lower bound of what the trainer
 // allocates; the rank's share of what is available must hold them.
 std::optional<ConfigIssue> memory_shortfall(const RunConfig& config, Device device, int device_index, int ranks_here) {
-  const std::optional<double> available = available_bytes(device, device_index);
-  if (!available) return std::nullopt;
+  const std::optional<double> share = available_bytes(device, device_index, ranks_here);
+  if (!share) return std::nullopt;
   const Plan plan = make_plan(config, PlanOptions{});
   const StageMemory& stage = plan.memory.stages.front();
   constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
   const double needed = plan.memory.peak_gib * kGib;
-  const double share = *available / (device == Device::cpu ? std::max(ranks_here, 1) : 1);
-  if (needed <= share) return std::nullopt;
+  if (needed <= *share) return std::nullopt;
   // What grows with the sequence (stored activations and the working buffers) against the model state.
   const double sequence_gib = stage.activations_gib + stage.working_gib;
   const bool activations_dominate = sequence_gib >= stage.total_gib - sequence_gib;
-  const auto gib = [](double value) {
-    std::ostringstream text;
-    text << std::fixed << std::setprecision(value < 10 ? 2 : 1) << value;
-    return text.str();
-  };
-  const std::string numbers = "needs at least " + gib(needed / kGib) + " GiB a rank (" + gib(stage.activations_gib) +
-                              " GiB of stored activations, " + gib(stage.working_gib) + " GiB of working buffers, " +
-                              gib(stage.total_gib - sequence_gib) +
-                              " GiB of weights, gradients and optimizer state), and " +
-                              (device == Device::cpu ? "this machine has " : "the device has ") + gib(share / kGib) +
-                              " GiB available" +
-                              (ranks_here > 1 && device == Device::cpu ? " for each of its " + std::to_string(ranks_here) + " ranks" : "");
+  const std::string numbers =
+      "needs at least " + gib_text(needed) + " GiB a rank (" + gib_text(stage.activations_gib * kGib) +
+      " GiB of stored activations, " + gib_text(stage.working_gib * kGib) + " GiB of working buffers, " +
+      gib_text((stage.total_gib - sequence_gib) * kGib) + " GiB of weights, gradients and optimizer state), and " +
+      (device == Device::cpu ? host_share_text(*share, ranks_here)
+                             : "the device has " + gib_text(*share) + " GiB available");
   if (activations_dominate) {
     return ConfigIssue{"--seq-length", std::to_string(config.model.seq_length),
                        "with --micro-batch-size " + std::to_string(config.batch.micro_batch_size) + " the run " + numbers,
