@@ -230,6 +230,20 @@ bool statistical_bounds_enabled() {
   return enabled;
 }
 
+namespace {
+
+// Each element's bound becomes the smaller of its own and `sharper`'s, which must bound the same
+// elements: a reference gradient of another length than the config's parameters is a caller's bug.
+void tighten(std::vector<double>& bounds, const std::vector<double>& sharper, const char* what) {
+  if (sharper.size() != bounds.size()) {
+    throw std::logic_error(std::string("update_bounds: ") + what + " cover " + std::to_string(sharper.size()) +
+                           " gradient elements, the reference's gradient has " + std::to_string(bounds.size()));
+  }
+  for (std::size_t i = 0; i < bounds.size(); ++i) bounds[i] = std::min(bounds[i], sharper[i]);
+}
+
+}  // namespace
+
 UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisions,
                            const UpdateObservation& reference, double clip_coeff) {
   const IterationRecord& r = reference.record;
@@ -249,9 +263,7 @@ UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisi
   // sharper at the top of the network, the worst case at depth (docs/EQUIVALENCE.md).
   const GradientErrorBounds sharp =
       gradient_error_bounds(config, reference.before.params, reference.batch, precisions);
-  for (std::size_t i = 0; i < bounds.gradient.size() && i < sharp.gradient.size(); ++i) {
-    bounds.gradient[i] = std::min(bounds.gradient[i], sharp.gradient[i]);
-  }
+  tighten(bounds.gradient, sharp.gradient, "the per-element bounds");
   bounds.loss = std::min(bounds.loss, sharp.loss);
   bounds.norm = std::min(bounds.norm,
                          norm_bound_from_elements(shape, precisions, bounds.gradient, pre_clip, r.grad_norm));
@@ -263,9 +275,7 @@ UpdateBounds update_bounds(const RunConfig& config, const PrecisionPair& precisi
   const StatisticalBounds statistical =
       statistical_error_bounds(config, reference.before.params, reference.batch, precisions, seed);
   if (!statistical.finite) return bounds;
-  for (std::size_t i = 0; i < bounds.gradient.size() && i < statistical.gradient.size(); ++i) {
-    bounds.gradient[i] = std::min(bounds.gradient[i], statistical.gradient[i]);
-  }
+  tighten(bounds.gradient, statistical.gradient, "the statistical bounds");
   bounds.loss = std::min(bounds.loss, statistical.loss);
   bounds.norm = std::min(bounds.norm, statistical.norm);
   return bounds;

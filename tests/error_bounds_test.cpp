@@ -8,6 +8,7 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "core/model_layout.hpp"
@@ -208,6 +209,21 @@ TEST(ErrorBounds, TheDoubleReferenceIsInsideItsFloat50PerElementBoundsWhichCatch
   EXPECT_TRUE(sharp.ok()) << sharp.text();
   expect_only_the_per_element_bound_catches(run, precisions, 1e-11);
   expect_a_sharper_norm_bound(run, precisions, 2);
+}
+
+// A reference gradient that does not cover the config's parameters is the caller's bug: the bounds
+// say so instead of bounding the first elements and leaving the rest at the worst case.
+TEST(ErrorBounds, AReferenceGradientOfAnotherLengthThanTheParametersThrows) {
+  for (const bool rigorous_only : {true, false}) {
+    PrecisionPair precisions{fp32(), fp64()};
+    precisions.rigorous_only = rigorous_only;
+    OneUpdate run = one_update(reference_twin(), production_twin(false));
+    EXPECT_NO_THROW(update_bounds(run.config, precisions, run.reference, run.reference.record.clip_coeff));
+    run.reference.gradient.pop_back();
+    EXPECT_THROW(update_bounds(run.config, precisions, run.reference, run.reference.record.clip_coeff),
+                 std::logic_error)
+        << (rigorous_only ? "rigorous bounds" : "statistical bounds");
+  }
 }
 
 // Negative control for the statistical bounds (equivalence/statistical_bounds.hpp): a gradient
