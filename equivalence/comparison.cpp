@@ -230,6 +230,12 @@ bool statistical_bounds_enabled() {
   return enabled;
 }
 
+PrecisionPair harness_pair(const Precision& under_test, const Precision& reference) {
+  PrecisionPair pair{under_test, reference};
+  pair.rigorous_only = !statistical_bounds_enabled();
+  return pair;
+}
+
 namespace {
 
 // Each element's bound becomes the smaller of its own and `sharper`'s, which must bound the same

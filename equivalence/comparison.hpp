@@ -95,11 +95,15 @@ struct UpdateObservation {
 // Whether the harness's properties hold their cases to the statistical bounds too
 // (equivalence/statistical_bounds.hpp): yes unless the environment sets
 // TANDEM_EQUIVALENCE_BOUNDS=rigorous (ci/test's sanitizer runs, where the probes' arithmetic would
-// take most of the time and tests nothing about memory or threads; the model-parallel tests'
-// compare_with_the_reference follows it too; tests that build their own PrecisionPair, and tandem
-// check, are not affected). Any other value than "rigorous" or "statistical" throws
+// take most of the time and tests nothing about memory or threads; harness_pair, which the
+// properties and the model-parallel tests' compare_with_the_reference use, follows it; tests that
+// build their own PrecisionPair, and tandem check, are not affected). Any other value than "rigorous" or "statistical" throws
 // std::invalid_argument.
 bool statistical_bounds_enabled();
+
+// The precisions the harness holds a case to: the rigorous bounds alone under
+// TANDEM_EQUIVALENCE_BOUNDS=rigorous (statistical_bounds_enabled).
+PrecisionPair harness_pair(const Precision& under_test, const Precision& reference);
 
 // The bounds an update's gradient (before clipping), norm and loss are held to: tolerance.hpp's
 // worst case, and where the reference's batch is known and no side stores bf16, per element the

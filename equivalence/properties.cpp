@@ -52,14 +52,6 @@ void tally_sharpness(const Report& report, const PrecisionPair* precisions) {
   }
 }
 
-// The precisions a property holds a case to: the rigorous bounds alone under
-// TANDEM_EQUIVALENCE_BOUNDS=rigorous (statistical_bounds_enabled).
-PrecisionPair harness_pair(const Precision& under_test, const Precision& reference) {
-  PrecisionPair pair{under_test, reference};
-  pair.rigorous_only = !statistical_bounds_enabled();
-  return pair;
-}
-
 // Asserts the report's verdict, agreed over ranks, with the report as the diagnosis; tallies its
 // sharpness (under the precisions compared, when given).
 void assert_report(const Report& report, const PrecisionPair* precisions = nullptr) {

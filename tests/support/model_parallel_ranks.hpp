@@ -55,7 +55,7 @@ inline void expect_same_state(const production::HostState& a, const production::
 
 // The harness's own comparison: `updates` teacher-forced updates of `kind` (the production twin
 // on config's layout) against the double reference on one replica without model parallelism
-// (SPEC 13), from the same state; held to the harness's bounds (statistical_bounds_enabled).
+// (SPEC 13), from the same state; held to the harness's bounds (harness_pair).
 inline equivalence::Report compare_with_the_reference(
     const RunConfig& config, std::int64_t updates,
     const equivalence::TwinKind& kind = equivalence::production_twin(false)) {
@@ -78,10 +78,7 @@ inline equivalence::Report compare_with_the_reference(
   test_setup.config = config;
   auto reference = reference_twin().make(reference_setup);
   auto under_test = kind.make(test_setup);
-  PrecisionPair precisions{precision_of(kind, config), fp64()};
-  // As the harness's properties: the rigorous bounds alone under TANDEM_EQUIVALENCE_BOUNDS=rigorous
-  // (ci/test's sanitizer passes, where the rounding probe took most of these tests' time).
-  precisions.rigorous_only = !statistical_bounds_enabled();
+  const PrecisionPair precisions = harness_pair(precision_of(kind, config), fp64());
   Report report;
   compare_states_bitwise(0, "initial ", reference->state(), under_test->state(), report);
   run_teacher_forced(*reference, *under_test, updates, reference_config, precisions, report);
