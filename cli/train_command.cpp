@@ -158,6 +158,16 @@ Command add_train_command(CLI::App& parent) {
                 "the measured idle fraction beside the plan's; `tandem timeline LOG --svg FILE` "
                 "draws it) (production engine)")->group(group);
   sub->add_flag("--quiet", options.quiet, "no progress line per iteration")->group(group);
+  sub->add_flag("--verbose", options.verbose,
+                "also print how the backend computes: on cpu the vector path the processor's features "
+                "chose (avx512, avx2 or baseline; TANDEM_HOST_SIMD=NAME picks one) and the threads per rank")
+      ->group(group);
+  sub->add_option("--cpu-threads", options.cpu_threads,
+                  "threads per rank of the cpu backend: a GEMM's output tiles and attention's (sample, "
+                  "group) pairs are split among them, each computed whole by one thread, so every "
+                  "count gives the same bits (default: the CPUs this process may use, shared among the "
+                  "ranks on its node, at least 1)")
+      ->check(at_least_one())->group(group);
   // Test-only (hidden): make the reduced gradient of these iterations NaN (SPEC 8 tests).
   sub->add_option("--test-nonfinite-gradient-iterations", state->nonfinite_iterations)
       ->delimiter(',')->group("");

@@ -19,8 +19,8 @@ bool cuda_backend_built() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(Device device, int device_index, HostKernels host_kernels) {
-  if (device == Device::cpu) return make_host_backend(host_kernels);
+std::unique_ptr<Backend> make_backend(Device device, int device_index, HostKernels host_kernels, int cpu_threads) {
+  if (device == Device::cpu) return make_host_backend(host_kernels, cpu_threads);
 #ifdef TANDEM_HAVE_CUDA_BACKEND
   const int devices = tandem::cuda::device_count();
   if (devices == 0) {

@@ -54,7 +54,7 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   virtual Device device() const = 0;
-  // For the log header: "cpu (host, 1 thread)" or "NVIDIA H200 (sm_90, 139 GiB)".
+  // For the log header: "cpu (host, 2 threads, avx512 kernels)" or "NVIDIA H200 (sm_90, 139 GiB)".
   virtual std::string description() const = 0;
   // Dense peak FLOP/s of the device for GEMMs with these inputs, for MFU (docs/PRODUCTION.md);
   // 0 when unknown (the cpu backend): the log then carries "mfu": null.
@@ -227,12 +227,15 @@ bool cuda_backend_built();
 enum class HostKernels { fast, ordered };
 
 // The backend for `device` (for cuda, on CUDA device `device_index`: a rank's local rank; for
-// cpu, with `host_kernels`). Device::cuda throws std::runtime_error "the cuda backend is not built
-// yet" until it is, and names the CUDA error when no device answers.
-std::unique_ptr<Backend> make_backend(Device device, int device_index = 0, HostKernels host_kernels = HostKernels::fast);
+// cpu, with `host_kernels` on `cpu_threads` threads). Device::cuda throws std::runtime_error "the
+// cuda backend is not built yet" until it is, and names the CUDA error when no device answers.
+std::unique_ptr<Backend> make_backend(Device device, int device_index = 0, HostKernels host_kernels = HostKernels::fast,
+                                      int cpu_threads = 1);
 
-// The cpu backend (host twins), always built.
-std::unique_ptr<Backend> make_host_backend(HostKernels kernels = HostKernels::fast);
+// The cpu backend (host twins), always built: the fast kernels split a GEMM's tiles and
+// attention's (sample, group) pairs among `threads` threads (kernels/host_workers.hpp; the same
+// bits for every count; >= 1).
+std::unique_ptr<Backend> make_host_backend(HostKernels kernels = HostKernels::fast, int threads = 1);
 
 // Defined by production/cuda/cuda_backend.cpp, on CUDA device `device_index`.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);

@@ -3,6 +3,7 @@
 #include "production/run.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 #include <optional>
@@ -30,6 +31,8 @@
 #include "production/collectives/staged.hpp"
 #include "core/rank_grid.hpp"
 #include "production/cuda/device.hpp"
+#include "production/kernels/gemm.hpp"
+#include "production/kernels/host_workers.hpp"
 #include "production/trainer.hpp"
 
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
@@ -158,6 +161,13 @@ std::optional<ConfigIssue> memory_shortfall(const RunConfig& config, Device devi
                      "a smaller model, tensor-parallel ranks or --use-distributed-optimizer"};
 }
 
+// --cpu-threads, or by default the CPUs this process may use (its affinity mask) shared evenly among
+// the ranks on its node, at least one each: 8 ranks on 2 cores get 1 thread each, 1 rank gets 2.
+int cpu_threads_for(const TrainOptions& options, int local_ranks) {
+  if (options.cpu_threads > 0) return static_cast<int>(options.cpu_threads);
+  return std::max(1, usable_cpu_count() / std::max(1, local_ranks));
+}
+
 }  // namespace
 
 RunSummary run_production_training(const RunConfig& config, const TrainOptions& options,
@@ -178,6 +188,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   ProductionOptions production;
   production.device = choose_device(options.device);
   production.pipeline_timeline = options.log_pipeline_timeline;
+  production.cpu_threads = cpu_threads_for(options, ranks.local_size);
   // A node with more ranks than devices puts several ranks on each (their collectives are staged
   // through host memory: launched_rank_setup); one rank per device otherwise.
   if (production.device == Device::cuda) {
@@ -321,6 +332,14 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
     out << " on " << trainer.replicas().size() << " data-parallel ranks ("
         << trainer.replicas().description() << "; "
         << (trainer.distributed_optimizer() ? "distributed" : "replicated") << " optimizer)";
+  }
+  if (options.verbose && production.device == Device::cpu) {
+    out << "\ncpu kernels: " << host_simd_name(host_simd()) << " vector path (the widest of avx512, avx2, baseline this processor has"
+        << (std::getenv("TANDEM_HOST_SIMD") != nullptr ? "; chosen by TANDEM_HOST_SIMD" : "") << "), "
+        << production.cpu_threads << (production.cpu_threads == 1 ? " thread" : " threads") << " per rank ("
+        << (options.cpu_threads > 0 ? "--cpu-threads" : std::to_string(usable_cpu_count()) + " usable CPUs / " +
+                                                              std::to_string(ranks.local_size) + " rank(s) on this node")
+        << "); the same bits for every path and thread count";
   }
   out << "\ndata: " << source->summary() << "\n"
       << "tokenizer: " << data::tokenizer_summary(config.tokenizer, config.model.vocab_size) << "\n"

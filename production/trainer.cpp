@@ -122,7 +122,7 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
     : config_(config), layout_(split_.local()), samples_(std::move(samples)), options_(options) {
   static const StepHooks kIdentity;
   hooks_ = options_.hooks ? options_.hooks : std::shared_ptr<const StepHooks>(std::shared_ptr<const StepHooks>{}, &kIdentity);
-  backend_ = make_backend(options_.device, options_.device_index, options_.host_kernels);
+  backend_ = make_backend(options_.device, options_.device_index, options_.host_kernels, options_.cpu_threads);
   collectives_ = options_.collectives ? options_.collectives(*backend_) : single_rank_collectives();
   tp_group_ = options_.tensor_parallel ? options_.tensor_parallel(*backend_) : single_rank_collectives();
   world_ = options_.world ? options_.world(*backend_) : collectives_;

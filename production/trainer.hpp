@@ -64,6 +64,7 @@ struct ProductionOptions {
   Device device = Device::cpu;
   int device_index = 0;                // cuda device of this rank (its local rank)
   HostKernels host_kernels = HostKernels::fast;  // the cpu backend's (tests, benchmarks: ordered)
+  int cpu_threads = 1;                 // the cpu backend's threads (--cpu-threads; the same bits for any)
   std::int64_t logits_chunk_rows = 0;  // fused cross-entropy chunk; 0 = DecoderModel's default
   // This rank's groups (Megatron's rank order: TP fastest, then DP): its data-parallel ranks
   // (size() = DP; empty: one), its tensor-parallel ranks (size() = TP; empty: TP 1), and every

@@ -27,6 +27,7 @@
 #include "production/kernels/elementwise.hpp"
 #include "production/kernels/embedding.hpp"
 #include "production/kernels/gemm.hpp"
+#include "production/kernels/host_workers.hpp"
 #include "production/kernels/optimizer.hpp"
 #include "production/kernels/rmsnorm.hpp"
 #include "production/kernels/rope.hpp"
@@ -172,11 +173,11 @@ TEST(ProductionOps, GemmMatchesReferenceLinearInEveryLayout) {
 
 // Exact (bitwise): the blocked kernel the cpu backend ships computes every element with the
 // operations, and in the order, gemm_host_ordered states one element at a time (k increasing, no
-// fused multiply-add), with the baseline's vectors and with AVX2's (where the processor has it),
-// on ragged shapes around both register tiles (4 x 8, 6 x 16), zero sizes, every transpose, f32
+// fused multiply-add), with the baseline's vectors, AVX2's and AVX-512F's (where the processor has
+// them), on ragged shapes around the register tiles (4 x 8, 6 x 16, 8 x 32), zero sizes, every transpose, f32
 // and bf16 inputs, f32 and bf16 C, beta 0 and 1, and values of every magnitude.
 TEST(ProductionOps, TheBlockedHostGemmGivesTheOrderedOnesBitsOnEveryShape) {
-  const std::vector<std::int64_t> sizes = {0, 1, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 33};
+  const std::vector<std::int64_t> sizes = {0, 1, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 31, 32, 33};
   std::uint64_t seed = 100;
   int compared = 0;
   for (const std::int64_t m : sizes) {
@@ -212,20 +213,69 @@ TEST(ProductionOps, TheBlockedHostGemmGivesTheOrderedOnesBitsOnEveryShape) {
           const std::vector<std::uint8_t> initial_c = blocked;
           params.c = ordered.data();
           gemm_host_ordered(params);
-          for (const HostSimd simd : {HostSimd::baseline, HostSimd::avx2}) {
-            if (!host_gemm_has(simd)) continue;  // this processor has no AVX2
+          for (const HostSimd simd : kHostSimds) {
+            if (!host_gemm_has(simd)) continue;  // this processor lacks that path
             blocked = initial_c;
             params.c = blocked.data();
             gemm_host_with(params, simd);
             ASSERT_EQ(blocked, ordered) << "m " << m << " n " << n << " k " << k << " variant " << variant << " beta "
-                                        << beta << (simd == HostSimd::avx2 ? " avx2" : " baseline");
+                                        << beta << " " << host_simd_name(simd);
           }
           ++compared;
         }
       }
     }
   }
-  EXPECT_EQ(compared, 14 * 14 * 6 * 2);
+  EXPECT_EQ(compared, 16 * 16 * 6 * 2);
+}
+
+// Exact (bitwise): split among worker threads (--cpu-threads), each tile whole on one thread, the
+// product gives the single thread's bits for every thread count and vector path, on shapes large
+// enough that the workers take part (a million multiply-adds and more) and ragged at every edge.
+TEST(ProductionOps, TheHostGemmGivesTheSameBitsOnEveryThreadCount) {
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  std::uint64_t seed = 7000;
+  for (const Shape shape : {Shape{70, 130, 121}, Shape{257, 65, 64}, Shape{33, 1000, 40}}) {
+    for (const int variant : {0, 3, 5, 14}) {
+      const Transpose a_transpose = variant & 1 ? Transpose::yes : Transpose::no;
+      const Transpose b_transpose = variant & 2 ? Transpose::yes : Transpose::no;
+      const DType inputs = variant & 4 ? DType::bf16 : DType::f32;
+      const DType output = variant & 8 ? DType::bf16 : DType::f32;
+      std::vector<float> a = random_values(shape.m * shape.k, seed++, 1.0);
+      std::vector<float> b = random_values(shape.k * shape.n, seed++, 1.0);
+      std::vector<Bf16> a16(a.size()), b16(b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) a16[i] = bf16_from_f32(a[i]);
+      for (std::size_t i = 0; i < b.size(); ++i) b16[i] = bf16_from_f32(b[i]);
+      const std::vector<float> initial = random_values(shape.m * shape.n, seed++, 4.0);
+      std::vector<std::uint8_t> initial_c(static_cast<std::size_t>(shape.m * shape.n) * dtype_bytes(output));
+      for (std::int64_t e = 0; e < shape.m * shape.n; ++e) store_from_f32(initial_c.data(), output, e, initial[static_cast<std::size_t>(e)]);
+      GemmParams params;
+      params.m = shape.m;
+      params.n = shape.n;
+      params.k = shape.k;
+      params.a = GemmOperand{inputs == DType::f32 ? static_cast<const void*>(a.data()) : a16.data(), inputs, a_transpose};
+      params.b = GemmOperand{inputs == DType::f32 ? static_cast<const void*>(b.data()) : b16.data(), inputs, b_transpose};
+      params.c_dtype = output;
+      params.alpha = 0.75f;
+      params.beta = variant == 3 ? 1.0f : 0.0f;
+      std::vector<std::uint8_t> ordered = initial_c;
+      params.c = ordered.data();
+      gemm_host_ordered(params);
+      for (const HostSimd simd : kHostSimds) {
+        if (!host_gemm_has(simd)) continue;
+        for (const int threads : {1, 2, 3, 8}) {
+          HostWorkers workers(threads);
+          std::vector<std::uint8_t> split = initial_c;
+          params.c = split.data();
+          gemm_host_with(params, simd, &workers);
+          ASSERT_EQ(split, ordered) << "m " << shape.m << " n " << shape.n << " k " << shape.k << " variant " << variant
+                                    << " " << host_simd_name(simd) << " on " << threads << " threads";
+        }
+      }
+    }
+  }
 }
 
 TEST(ProductionOps, GemmOnBf16InputsAccumulatesInFp32) {
@@ -322,12 +372,11 @@ TEST(ProductionOps, AccumulatingGemmOnBf16InputsKeepsTheFp32MainGradientExactly)
           << name << ": element " << e << " of the main gradient after " << microbatches << " microbatches";
     }
   };
-  run(gemm_host, "gemm_host");
+  run([](const GemmParams& params) { gemm_host(params); }, "gemm_host");
   run(gemm_host_ordered, "gemm_host_ordered");
-  for (const HostSimd simd : {HostSimd::baseline, HostSimd::avx2}) {
-    if (!host_gemm_has(simd)) continue;  // this processor has no AVX2
-    run([simd](const GemmParams& params) { gemm_host_with(params, simd); },
-        simd == HostSimd::avx2 ? "avx2" : "baseline");
+  for (const HostSimd simd : kHostSimds) {
+    if (!host_gemm_has(simd)) continue;  // this processor lacks that path
+    run([simd](const GemmParams& params) { gemm_host_with(params, simd); }, host_simd_name(simd));
   }
   // Negative control: the same calls with the fp32 result rounded to bf16 after each microbatch
   // (a bf16 accumulator) are rejected at every element.
@@ -495,7 +544,7 @@ TEST(ProductionOps, TheFastHostAttentionGivesTheOrderedOnesBits) {
   };
   std::uint64_t seed = 300;
   for (const Case& c : {Case{1, 1, 1, 1, 2}, Case{2, 7, 2, 1, 4}, Case{1, 9, 4, 2, 6}, Case{2, 16, 4, 4, 8},
-                        Case{1, 70, 4, 2, 16}, Case{3, 33, 6, 3, 10}, Case{1, 130, 2, 1, 8}}) {
+                        Case{1, 70, 4, 2, 16}, Case{3, 33, 6, 3, 10}, Case{1, 130, 2, 1, 8}, Case{3, 100, 4, 2, 16}}) {
     for (const DType dtype : {DType::f32, DType::bf16}) {
       ++seed;
       const std::int64_t rows = c.samples * c.seq, qw = c.heads * c.head_dim, kvw = c.groups * c.head_dim;
@@ -519,27 +568,37 @@ TEST(ProductionOps, TheFastHostAttentionGivesTheOrderedOnesBits) {
       const AttentionShape shape{c.samples, c.seq, c.heads, c.groups, c.head_dim};
       const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
       const auto bytes = [&](std::int64_t count) { return std::vector<std::uint8_t>(static_cast<std::size_t>(count) * dtype_bytes(dtype)); };
-      std::vector<std::vector<std::uint8_t>> contexts(2, bytes(rows * qw));
-      std::vector<std::vector<float>> sums(2, std::vector<float>(static_cast<std::size_t>(rows * c.heads)));
-      std::vector<std::vector<std::uint8_t>> dq(2, bytes(rows * qw)), dk(2, bytes(rows * kvw)), dv(2, bytes(rows * kvw));
-      for (int fast = 0; fast < 2; ++fast) {
-        const AttentionForwardParams forward{q.data(), k.data(), v.data(), starts.data(), contexts[fast].data(),
-                                             sums[fast].data(), shape, scale, dtype};
-        (fast ? attention_forward_host : attention_forward_host_ordered)(forward);
-        // Both backwards read the ordered forward's outputs.
+      // 0: the ordered kernels; 1: the fast ones on the calling thread; 2: the fast ones with the
+      // (sample, group) pairs split among 3 threads (the last case is large enough to split).
+      std::vector<std::vector<std::uint8_t>> contexts(3, bytes(rows * qw));
+      std::vector<std::vector<float>> sums(3, std::vector<float>(static_cast<std::size_t>(rows * c.heads)));
+      std::vector<std::vector<std::uint8_t>> dq(3, bytes(rows * qw)), dk(3, bytes(rows * kvw)), dv(3, bytes(rows * kvw));
+      HostWorkers three(3);
+      for (int variant = 0; variant < 3; ++variant) {
+        const AttentionForwardParams forward{q.data(), k.data(), v.data(), starts.data(), contexts[variant].data(),
+                                             sums[variant].data(), shape, scale, dtype};
+        // Every backward reads the ordered forward's outputs.
         const AttentionBackwardParams backward{q.data(), k.data(), v.data(), contexts[0].data(), sums[0].data(),
-                                               dctx.data(), starts.data(), dq[fast].data(), dk[fast].data(),
-                                               dv[fast].data(), shape, scale, dtype};
-        (fast ? attention_backward_host : attention_backward_host_ordered)(backward);
+                                               dctx.data(), starts.data(), dq[variant].data(), dk[variant].data(),
+                                               dv[variant].data(), shape, scale, dtype};
+        if (variant == 0) {
+          attention_forward_host_ordered(forward);
+          attention_backward_host_ordered(backward);
+        } else {
+          attention_forward_host(forward, variant == 2 ? &three : nullptr);
+          attention_backward_host(backward, variant == 2 ? &three : nullptr);
+        }
       }
-      const std::string name = "seq " + std::to_string(c.seq) + " H " + std::to_string(c.heads) + " G " +
-                               std::to_string(c.groups) + " hd " + std::to_string(c.head_dim) +
-                               (dtype == DType::bf16 ? " bf16" : " f32");
-      EXPECT_EQ(contexts[0], contexts[1]) << name;
-      EXPECT_EQ(sums[0], sums[1]) << name;
-      EXPECT_EQ(dq[0], dq[1]) << name;
-      EXPECT_EQ(dk[0], dk[1]) << name;
-      EXPECT_EQ(dv[0], dv[1]) << name;
+      for (int variant = 1; variant < 3; ++variant) {
+        const std::string name = "seq " + std::to_string(c.seq) + " H " + std::to_string(c.heads) + " G " +
+                                 std::to_string(c.groups) + " hd " + std::to_string(c.head_dim) +
+                                 (dtype == DType::bf16 ? " bf16" : " f32") + (variant == 2 ? " on 3 threads" : "");
+        EXPECT_EQ(contexts[0], contexts[variant]) << name;
+        EXPECT_EQ(sums[0], sums[variant]) << name;
+        EXPECT_EQ(dq[0], dq[variant]) << name;
+        EXPECT_EQ(dk[0], dk[variant]) << name;
+        EXPECT_EQ(dv[0], dv[variant]) << name;
+      }
     }
   }
 }

@@ -24,6 +24,10 @@ struct TrainOptions {
   double exit_duration_minutes = 0;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool quiet = false;                   // no progress line per iteration
+  bool verbose = false;                 // also say how the backend computes (cpu: vector path, threads)
+  // The cpu backend's threads per rank; 0 = the CPUs this process may use, shared among the ranks
+  // on its node (at least 1). Records are the same bits for every count (SPEC 7's order kept).
+  std::int64_t cpu_threads = 0;
   bool log_pipeline_timeline = false;   // PP > 1: a pipeline_timeline record per iteration
   // Test-only: iterations (1-based) whose reduced gradient is made non-finite (SPEC 8 tests).
   std::set<std::int64_t> test_nonfinite_gradient_iterations;

@@ -3,18 +3,26 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "production/backend.hpp"
+#include "production/kernels/host_workers.hpp"
 
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
 
 class HostBackend final : public Backend {
  public:
-  explicit HostBackend(HostKernels kernels) : kernels_(kernels) {}
+  // Reads TANDEM_HOST_SIMD now (gemm.hpp), so that a wrong name stops the run before it starts.
+  HostBackend(HostKernels kernels, int threads) : kernels_(kernels), workers_(threads) { host_simd(); }
   Device device() const override { return Device::cpu; }
+  // "cpu (host, 2 threads, avx512 kernels)": the thread count and the vector path the processor's
+  // features chose (gemm.hpp), or "ordered kernels" (one thread: the ordered kernels use no workers).
   std::string description() const override {
-    return kernels_ == HostKernels::fast ? "cpu (host, 1 thread)" : "cpu (host, 1 thread, ordered kernels)";
+    if (kernels_ == HostKernels::ordered) return "cpu (host, 1 thread, ordered kernels)";
+    const int threads = workers_.threads();
+    return "cpu (host, " + std::to_string(threads) + (threads == 1 ? " thread, " : " threads, ") +
+           host_simd_name(host_simd()) + " kernels)";
   }
   double peak_flops_per_second(DType) const override { return 0.0; }  // unknown: no MFU
 
@@ -55,16 +63,18 @@ class HostBackend final : public Backend {
   void swiglu_forward(const SwigluForwardParams& p) override { swiglu_forward_host(p); }
   void swiglu_backward(const SwigluBackwardParams& p) override { swiglu_backward_host(p); }
   void attention_forward(const AttentionForwardParams& p) override {
-    kernels_ == HostKernels::fast ? attention_forward_host(p) : attention_forward_host_ordered(p);
+    kernels_ == HostKernels::fast ? attention_forward_host(p, &workers_) : attention_forward_host_ordered(p);
   }
   void attention_backward(const AttentionBackwardParams& p) override {
-    kernels_ == HostKernels::fast ? attention_backward_host(p) : attention_backward_host_ordered(p);
+    kernels_ == HostKernels::fast ? attention_backward_host(p, &workers_) : attention_backward_host_ordered(p);
   }
   void cross_entropy(const CrossEntropyParams& p) override { cross_entropy_host(p); }
   void vocab_parallel_cross_entropy(const VocabParallelCrossEntropyParams& p) override {
     vocab_parallel_cross_entropy_host(p);
   }
-  void gemm(const GemmParams& p) override { kernels_ == HostKernels::fast ? gemm_host(p) : gemm_host_ordered(p); }
+  void gemm(const GemmParams& p) override {
+    kernels_ == HostKernels::fast ? gemm_host(p, &workers_) : gemm_host_ordered(p);
+  }
   void convert(const ConvertParams& p) override { convert_host(p); }
   void add(const AddParams& p) override { add_host(p); }
   void bias_add(const BiasAddParams& p) override { bias_add_host(p); }
@@ -75,10 +85,13 @@ class HostBackend final : public Backend {
 
  private:
   HostKernels kernels_;
+  HostWorkers workers_;  // the fast GEMM's and attention's threads (--cpu-threads)
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_host_backend(HostKernels kernels) { return std::make_unique<HostBackend>(kernels); }
+std::unique_ptr<Backend> make_host_backend(HostKernels kernels, int threads) {
+  return std::make_unique<HostBackend>(kernels, threads);
+}
 
 }  // namespace tandem::production

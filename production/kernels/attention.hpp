@@ -68,8 +68,10 @@ struct AttentionBackwardParams {
   DType dtype = DType::f32;
 };
 
-void attention_forward_host(const AttentionForwardParams& params);
-void attention_backward_host(const AttentionBackwardParams& params);
+class HostWorkers;  // host_workers.hpp: the cpu backend's threads, which split the (sample, group) pairs
+
+void attention_forward_host(const AttentionForwardParams& params, HostWorkers* workers = nullptr);
+void attention_backward_host(const AttentionBackwardParams& params, HostWorkers* workers = nullptr);
 // The same arithmetic one value at a time: the plain statement of every sum's order, which the
 // shipped host kernels above equal bit for bit (tests/production_ops_test.cpp).
 void attention_forward_host_ordered(const AttentionForwardParams& params);

@@ -11,6 +11,8 @@
 // exp(z - max) computed once and reused. The two give the same bits (tests/production_ops_test.cpp).
 #include "production/kernels/attention.hpp"
 
+#include "production/kernels/host_workers.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -236,26 +238,45 @@ Scratch& thread_scratch() {
   return scratch;
 }
 
+// Runs `pairs` over every (sample, group) pair of `shape`: split among the workers when the work
+// is large enough to pay for waking them (a few hundred thousand multiply-adds per call), else on
+// the calling thread.
+template <class Pairs>
+void run_pairs(HostWorkers* workers, const AttentionShape& shape, const Pairs& pairs) {
+  const std::int64_t count = shape.samples * shape.groups;
+  const std::int64_t work = shape.samples * shape.heads * shape.seq * shape.seq * shape.head_dim;
+  if (workers == nullptr || workers->threads() == 1 || work < (std::int64_t{1} << 19)) {
+    pairs(0, count);
+  } else {
+    workers->for_each(count, pairs);
+  }
+}
+
 }  // namespace
 
-void attention_forward_host(const AttentionForwardParams& p) {
+void attention_forward_host(const AttentionForwardParams& p, HostWorkers* workers) {
   const AttentionShape& shape = p.shape;
   const std::int64_t hd = shape.head_dim;
   const std::int64_t heads_per_group = shape.heads / shape.groups;
   const std::int64_t rows = shape.samples * shape.seq;
-  Scratch& scratch = thread_scratch();
-  const std::vector<Real>& query = widen_into(scratch.query, p.query, p.dtype, rows * shape.heads * hd);   // [rows, H*hd]
-  const std::vector<Real>& key = widen_into(scratch.key, p.key, p.dtype, rows * shape.groups * hd);        // [rows, G*hd]
-  const std::vector<Real>& value = widen_into(scratch.value, p.value, p.dtype, rows * shape.groups * hd);  // [rows, G*hd]
-  std::vector<Real>& dots = scratch.dots;  // q . k of one row's span
-  dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
-  std::vector<Real>& exps = scratch.exps;  // exp(z - max)
-  exps.resize(static_cast<std::size_t>(shape.seq));
-  std::vector<Real>& output = scratch.output;  // [hd]
-  output.resize(static_cast<std::size_t>(hd));
-  Transposed& keys = scratch.keys;
-  for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
-    for (std::int64_t group = 0; group < shape.groups; ++group) {
+  Scratch& caller = thread_scratch();
+  const std::vector<Real>& query = widen_into(caller.query, p.query, p.dtype, rows * shape.heads * hd);   // [rows, H*hd]
+  const std::vector<Real>& key = widen_into(caller.key, p.key, p.dtype, rows * shape.groups * hd);        // [rows, G*hd]
+  const std::vector<Real>& value = widen_into(caller.value, p.value, p.dtype, rows * shape.groups * hd);  // [rows, G*hd]
+  // The (sample, group) pairs [begin, end): each writes its own heads' rows of the context and
+  // logsumexp, so the pairs may run on different threads (with each thread's own scratch).
+  const auto pairs = [&](std::int64_t begin, std::int64_t end) {
+    Scratch& scratch = thread_scratch();
+    std::vector<Real>& dots = scratch.dots;  // q . k of one row's span
+    dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
+    std::vector<Real>& exps = scratch.exps;  // exp(z - max)
+    exps.resize(static_cast<std::size_t>(shape.seq));
+    std::vector<Real>& output = scratch.output;  // [hd]
+    output.resize(static_cast<std::size_t>(hd));
+    Transposed& keys = scratch.keys;
+    for (std::int64_t pair = begin; pair < end; ++pair) {
+      const std::int64_t sample = pair / shape.groups;
+      const std::int64_t group = pair % shape.groups;
       keys.fill(key, shape, sample, group);
       for (std::int64_t head = group * heads_per_group; head < (group + 1) * heads_per_group; ++head) {
         for (std::int64_t t = 0; t < shape.seq; ++t) {
@@ -300,10 +321,11 @@ void attention_forward_host(const AttentionForwardParams& p) {
         }
       }
     }
-  }
+  };
+  run_pairs(workers, shape, pairs);
 }
 
-void attention_backward_host(const AttentionBackwardParams& p) {
+void attention_backward_host(const AttentionBackwardParams& p, HostWorkers* workers) {
   const AttentionShape& shape = p.shape;
   const std::int64_t hd = shape.head_dim;
   const std::int64_t heads_per_group = shape.heads / shape.groups;
@@ -321,17 +343,22 @@ void attention_backward_host(const AttentionBackwardParams& p) {
   key_grad.assign(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);
   std::vector<Real>& value_grad = scratch.value_grad;  // [rows, G*hd]
   value_grad.assign(static_cast<std::size_t>(rows * shape.groups * hd), 0.0f);
-  std::vector<Real>& score_dots = scratch.dots;  // q . k
-  score_dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
-  std::vector<Real>& probability_dots = scratch.probability_dots;  // dctx . v
-  probability_dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
   const bool rounded = p.dtype == DType::bf16;
-  Transposed& keys = scratch.keys;
-  Transposed& values = scratch.values;
   // The ordered twin walks (sample, head, t, s): heads in order, so a group's heads are
-  // consecutive and the group's transposes serve them all.
-  for (std::int64_t sample = 0; sample < shape.samples; ++sample) {
-    for (std::int64_t group = 0; group < shape.groups; ++group) {
+  // consecutive and the group's transposes serve them all. A (sample, group) pair's sums touch
+  // only its own rows of the three gradients (its heads' query rows, its group's key and value
+  // rows), each in that order: the pairs may run on different threads.
+  const auto pairs = [&](std::int64_t begin, std::int64_t end) {
+    Scratch& mine = thread_scratch();
+    std::vector<Real>& score_dots = mine.dots;  // q . k
+    score_dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
+    std::vector<Real>& probability_dots = mine.probability_dots;  // dctx . v
+    probability_dots.resize(static_cast<std::size_t>(shape.seq + kScoreBlock));
+    Transposed& keys = mine.keys;
+    Transposed& values = mine.values;
+    for (std::int64_t pair = begin; pair < end; ++pair) {
+      const std::int64_t sample = pair / shape.groups;
+      const std::int64_t group = pair % shape.groups;
       keys.fill(key, shape, sample, group);
       values.fill(value, shape, sample, group);
       for (std::int64_t head = group * heads_per_group; head < (group + 1) * heads_per_group; ++head) {
@@ -361,7 +388,8 @@ void attention_backward_host(const AttentionBackwardParams& p) {
         }
       }
     }
-  }
+  };
+  run_pairs(workers, shape, pairs);
   if (rounded) {  // bf16: scale once, after the sums
     for (Real& sum : query_grad) sum *= p.scale;
     for (Real& sum : key_grad) sum *= p.scale;

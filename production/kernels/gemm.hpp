@@ -35,16 +35,24 @@ struct GemmParams {
   Real beta = 0.0f;        // 0: C is overwritten (never read); 1: accumulate into C
 };
 
-// The cpu backend's GEMM (register-blocked), and the same arithmetic one element at a time: the
-// plain statement of each element's order (k increasing, no fused multiply-add). The two give the
-// same bits for every input (tests/production_ops_test.cpp).
-void gemm_host(const GemmParams& params);
+class HostWorkers;  // host_workers.hpp
+
+// The cpu backend's GEMM (register-blocked; its tiles split among `workers` when given), and the
+// same arithmetic one element at a time: the plain statement of each element's order (k
+// increasing, no fused multiply-add). The two give the same bits for every input and every
+// thread count (tests/production_ops_test.cpp).
+void gemm_host(const GemmParams& params, HostWorkers* workers = nullptr);
 void gemm_host_ordered(const GemmParams& params);
-// The blocked kernel's vector widths (gemm_host takes the widest the processor has): the x86-64
-// baseline's SSE2 (or arm64's NEON), or AVX2. For tests and benchmarks.
-enum class HostSimd { baseline, avx2 };
+// The blocked kernel's vector paths: the x86-64 baseline's SSE2 (or arm64's NEON), AVX2, AVX-512F
+// (none with FMA). gemm_host takes the widest the processor has, or the one the environment
+// variable TANDEM_HOST_SIMD names (baseline, avx2, avx512; an unknown name or one the processor
+// lacks is an error). For tests, benchmarks and `tandem train --verbose`.
+enum class HostSimd { baseline, avx2, avx512 };
+inline constexpr HostSimd kHostSimds[] = {HostSimd::baseline, HostSimd::avx2, HostSimd::avx512};
+const char* host_simd_name(HostSimd simd);
+HostSimd host_simd();  // the path gemm_host takes
 bool host_gemm_has(HostSimd simd);
-void gemm_host_with(const GemmParams& params, HostSimd simd);
+void gemm_host_with(const GemmParams& params, HostSimd simd, HostWorkers* workers = nullptr);
 void gemm_cuda(const GemmParams& params, const CudaLaunch& launch);
 
 }  // namespace tandem::production

@@ -6,15 +6,22 @@
 // cpu backend ships, computes the same operations in the same order for every element, only
 // many elements at once: both operands are widened once into packed fp32 panels, and a register
 // tile of C accumulates in vector lanes (one lane per C element, so no sum is split or reordered,
-// and no multiply is fused into an add: neither SSE2 nor AVX2 has FMA, and the build does not
-// contract): 4 x 8 elements with the baseline's 4 lanes, 6 x 16 with AVX2's 8 when the processor
-// has it (chosen at run time; the shipped build targets the x86-64 baseline). Every variant gives
-// the same bits (tests/production_ops_test.cpp).
+// and no multiply is fused into an add: no target below enables FMA, and the build does not
+// contract): 4 x 8 elements with the baseline's 4 lanes, 6 x 16 with AVX2's 8, 8 x 32 with
+// AVX-512F's 16, the widest the processor has chosen at run time (the shipped build targets the
+// x86-64 baseline). The tiles of one product may be split among the backend's worker threads
+// (host_workers.hpp): a tile is computed whole by one thread, so the thread count changes no bit.
+// Every variant gives the same bits (tests/production_ops_test.cpp).
 #include "production/kernels/gemm.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
+
+#include "production/kernels/host_workers.hpp"
 
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 namespace {
@@ -76,91 +83,259 @@ namespace {
 
 // The blocked product for `Lanes` (a GCC/Clang vector of fp32 lanes whose + and * are the lanes'
 // IEEE operations) and a register tile of kRows x (kVectors x lanes) elements of C: each element
-// in its own lane, its own sum, k increasing. Always inlined, so that the target the caller is
-// compiled for (baseline SSE2, or AVX2 without FMA) is the one its vectors use.
-template <class Lanes, std::int64_t kRows, std::int64_t kVectors>
-[[gnu::always_inline]] inline void gemm_blocked(const GemmParams& p) {
-  constexpr std::int64_t kLanes = sizeof(Lanes) / sizeof(Real);
-  constexpr std::int64_t kColumns = kVectors * kLanes;
-  const bool a_transposed = p.a.transpose == Transpose::yes;
-  const bool b_plain = p.b.transpose == Transpose::no;
-  const std::int64_t row_tiles = (p.m + kRows - 1) / kRows;
-  const std::int64_t column_tiles = (p.n + kColumns - 1) / kColumns;
-  const std::int64_t k = p.k;
+// in its own lane, its own sum, k increasing. Everything a tile does, from packing to the store,
+// is inlined into the one function compiled for the caller's target (baseline SSE2, AVX2 or
+// AVX-512F, never FMA): no call leaves the target region inside a loop (on Intel a call from
+// AVX code into SSE code pays a state transition each time).
+// GCC warns (-Wpsabi) that a function returning a 32- or 64-byte vector has another ABI without
+// AVX: these are internal and always inlined into one target's code, so no call crosses an ABI
+// (for the rest of this file: GCC reports template instantiations at its end).
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <class Lanes>
+inline constexpr std::int64_t kLanesOf = static_cast<std::int64_t>(sizeof(Lanes) / sizeof(Real));
 
-  // Widen and pack once: a tile's rows (columns) at step l side by side; the padding rows and
-  // columns are zeros whose results are never stored.
+template <class Lanes>
+[[gnu::always_inline]] inline Lanes load_lanes(const Real* values) {
+  Lanes lanes;
+  std::memcpy(&lanes, values, sizeof(Lanes));
+  return lanes;
+}
+template <class Lanes>
+[[gnu::always_inline]] inline void store_lanes(Real* values, Lanes lanes) {
+  std::memcpy(values, &lanes, sizeof(Lanes));
+}
+template <class Lanes>
+[[gnu::always_inline]] inline Lanes splat(Real value) {
+  return value - Lanes{};  // the scalar in every lane (-0 stays -0)
+}
+
+// Widens op(M) ([rows, depth]; `transposed_storage`: M is stored [depth, rows]) into panels of
+// kWidth rows: panel t holds rows t*kWidth.. at each step d side by side ([depth][kWidth]); the
+// padding rows stay zeros (their results are never stored).
+template <std::int64_t kWidth, class Element>
+[[gnu::always_inline]] inline void pack_panels(const Element* data, std::int64_t rows, std::int64_t depth,
+                                               bool transposed_storage, Real* panels) {
+  const auto widen = [](Element value) {
+    if constexpr (std::is_same_v<Element, Bf16>) {
+      return static_cast<Real>(f32_from_bf16(value));
+    } else {
+      return value;
+    }
+  };
+  if (transposed_storage) {  // a panel's rows at step d are contiguous in M
+    for (std::int64_t d = 0; d < depth; ++d) {
+      const Element* row = data + d * rows;
+      for (std::int64_t r = 0; r < rows; ++r) panels[(r / kWidth) * depth * kWidth + d * kWidth + r % kWidth] = widen(row[r]);
+    }
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const Element* row = data + r * depth;
+      Real* panel = panels + (r / kWidth) * depth * kWidth + r % kWidth;
+      for (std::int64_t d = 0; d < depth; ++d) panel[d * kWidth] = widen(row[d]);
+    }
+  }
+}
+
+template <std::int64_t kWidth>
+[[gnu::always_inline]] inline void pack_operand(const GemmOperand& operand, std::int64_t rows, std::int64_t depth,
+                                                bool transposed_storage, Real* panels) {
+  if (operand.dtype == DType::f32) {
+    pack_panels<kWidth>(static_cast<const Real*>(operand.data), rows, depth, transposed_storage, panels);
+  } else {
+    pack_panels<kWidth>(static_cast<const Bf16*>(operand.data), rows, depth, transposed_storage, panels);
+  }
+}
+
+// C[i][j] = alpha * sum (+ beta * C[i][j]), rounded once into C's dtype: finish() inlined.
+[[gnu::always_inline]] inline void finish_inline(const GemmParams& p, std::int64_t i, std::int64_t j, Real sum) {
+  Real value = p.alpha * sum;
+  if (p.beta != 0.0f) value += p.beta * load_as_f32(p.c, p.c_dtype, i * p.n + j);
+  store_from_f32(p.c, p.c_dtype, i * p.n + j, value);
+}
+
+// A packed product ready for its tiles: the panels of op(A) (kRows rows a panel) and of op(B)^T
+// (kColumns columns a panel), and how many tiles of C there are.
+struct TileJob {
+  const GemmParams* p = nullptr;
+  const Real* a_panels = nullptr;  // [row tiles][k][kRows]
+  const Real* b_panels = nullptr;  // [column tiles][k][kColumns]
+  std::int64_t row_tiles = 0;
+  std::int64_t column_tiles = 0;
+};
+
+template <std::int64_t kRows, std::int64_t kColumns>
+TileJob pack(const GemmParams& p) {
   Panels& panels = thread_panels();
-  panels.a.assign(static_cast<std::size_t>(row_tiles * k * kRows), 0.0f);
-  panels.b.assign(static_cast<std::size_t>(column_tiles * k * kColumns), 0.0f);
-  for (std::int64_t i = 0; i < p.m; ++i) {
-    Real* tile = panels.a.data() + (i / kRows) * k * kRows + i % kRows;
-    for (std::int64_t l = 0; l < k; ++l) tile[l * kRows] = element(p.a, p.m, k, a_transposed, i, l);
-  }
-  for (std::int64_t j = 0; j < p.n; ++j) {
-    Real* tile = panels.b.data() + (j / kColumns) * k * kColumns + j % kColumns;
-    for (std::int64_t l = 0; l < k; ++l) tile[l * kColumns] = element(p.b, p.n, k, b_plain, j, l);
-  }
+  TileJob job{&p, nullptr, nullptr, (p.m + kRows - 1) / kRows, (p.n + kColumns - 1) / kColumns};
+  panels.a.assign(static_cast<std::size_t>(job.row_tiles * p.k * kRows), 0.0f);
+  panels.b.assign(static_cast<std::size_t>(job.column_tiles * p.k * kColumns), 0.0f);
+  pack_operand<kRows>(p.a, p.m, p.k, p.a.transpose == Transpose::yes, panels.a.data());
+  pack_operand<kColumns>(p.b, p.n, p.k, p.b.transpose == Transpose::no, panels.b.data());
+  job.a_panels = panels.a.data();
+  job.b_panels = panels.b.data();
+  return job;
+}
 
-  for (std::int64_t row_tile = 0; row_tile < row_tiles; ++row_tile) {
-    const Real* a_tile = panels.a.data() + row_tile * k * kRows;  // [k][kRows]
-    for (std::int64_t column_tile = 0; column_tile < column_tiles; ++column_tile) {
-      const Real* b_tile = panels.b.data() + column_tile * k * kColumns;  // [k][kColumns]
-      Lanes sums[kRows][kVectors] = {};  // one lane per C element of the tile, each its own sum
-      for (std::int64_t l = 0; l < k; ++l) {
-        Lanes b[kVectors];
+// Tiles [begin, end) of C in row-major tile order, each whole: its sums, then its store.
+template <class Lanes, std::int64_t kRows, std::int64_t kVectors>
+[[gnu::always_inline]] inline void run_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
+  constexpr std::int64_t kLanes = kLanesOf<Lanes>;
+  constexpr std::int64_t kColumns = kVectors * kLanes;
+  const GemmParams& p = *job.p;
+  const std::int64_t k = p.k;
+  for (std::int64_t tile = begin; tile < end; ++tile) {
+    const std::int64_t row_tile = tile / job.column_tiles;
+    const std::int64_t column_tile = tile % job.column_tiles;
+    const Real* a_tile = job.a_panels + row_tile * k * kRows;        // [k][kRows]
+    const Real* b_tile = job.b_panels + column_tile * k * kColumns;  // [k][kColumns]
+    Lanes sums[kRows][kVectors] = {};  // one lane per C element of the tile, each its own sum
+    for (std::int64_t l = 0; l < k; ++l) {
+      Lanes b[kVectors];
 #pragma GCC unroll 8
-        for (std::int64_t v = 0; v < kVectors; ++v) std::memcpy(&b[v], b_tile + l * kColumns + v * kLanes, sizeof(Lanes));
-        // Unrolled whole, so that the tile's sums live in registers.
+      for (std::int64_t v = 0; v < kVectors; ++v) b[v] = load_lanes<Lanes>(b_tile + l * kColumns + v * kLanes);
+      // Unrolled whole, so that the tile's sums live in registers.
+#pragma GCC unroll 16
+      for (std::int64_t r = 0; r < kRows; ++r) {
+        const Lanes a_lanes = splat<Lanes>(a_tile[l * kRows + r]);
+        // sum + (a x b): the product rounded, then the add (no FMA: no target here has it).
+#pragma GCC unroll 8
+        for (std::int64_t v = 0; v < kVectors; ++v) sums[r][v] += a_lanes * b[v];
+      }
+    }
+    const std::int64_t i0 = row_tile * kRows;
+    const std::int64_t j0 = column_tile * kColumns;
+    if (p.c_dtype == DType::f32 && i0 + kRows <= p.m && j0 + kColumns <= p.n) {
+      // A whole fp32 tile: alpha * sum (+ beta * C) in the lanes, the same two IEEE operations.
+      Real* c = static_cast<Real*>(p.c) + i0 * p.n + j0;
+      const Lanes alpha = splat<Lanes>(p.alpha);
+      if (p.beta == 0.0f) {
 #pragma GCC unroll 16
         for (std::int64_t r = 0; r < kRows; ++r) {
-          const Lanes a_lanes = a_tile[l * kRows + r] - Lanes{};  // the scalar in every lane
-          // sum + (a x b): the product rounded, then the add (no FMA: the targets have none).
 #pragma GCC unroll 8
-          for (std::int64_t v = 0; v < kVectors; ++v) sums[r][v] += a_lanes * b[v];
+          for (std::int64_t v = 0; v < kVectors; ++v) store_lanes(c + r * p.n + v * kLanes, alpha * sums[r][v]);
+        }
+      } else {
+        const Lanes beta = splat<Lanes>(p.beta);
+#pragma GCC unroll 16
+        for (std::int64_t r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
+          for (std::int64_t v = 0; v < kVectors; ++v) {
+            Real* at = c + r * p.n + v * kLanes;
+            store_lanes(at, alpha * sums[r][v] + beta * load_lanes<Lanes>(at));
+          }
         }
       }
-      for (std::int64_t r = 0; r < kRows; ++r) {
-        const std::int64_t i = row_tile * kRows + r;
-        if (i >= p.m) break;
-        for (std::int64_t c = 0; c < kColumns; ++c) {
-          const std::int64_t j = column_tile * kColumns + c;
-          if (j >= p.n) break;
-          finish(p, i, j, sums[r][c / kLanes][c % kLanes]);
-        }
+      continue;
+    }
+    for (std::int64_t r = 0; r < kRows && i0 + r < p.m; ++r) {
+      for (std::int64_t c = 0; c < kColumns && j0 + c < p.n; ++c) {
+        finish_inline(p, i0 + r, j0 + c, sums[r][c / kLanes][c % kLanes]);
       }
     }
   }
 }
 
-using Lanes4 = Real __attribute__((vector_size(16)));  // SSE2 / NEON: 4 fp32 (2 fp64) lanes
+// One vector path: its tile shape and its tile loop, compiled for its target.
+struct Kernel {
+  std::int64_t rows = 0;
+  std::int64_t columns = 0;
+  TileJob (*pack)(const GemmParams&) = nullptr;
+  void (*tiles)(const TileJob&, std::int64_t, std::int64_t) = nullptr;
+};
 
-void gemm_baseline(const GemmParams& p) { gemm_blocked<Lanes4, 4, 2>(p); }  // 4 x 8 tile
+using Lanes4 = Real __attribute__((vector_size(16)));  // SSE2 / NEON: 4 fp32 (2 fp64) lanes
+void baseline_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
+  run_tiles<Lanes4, 4, 2>(job, begin, end);  // 4 x 8 tile
+}
+constexpr Kernel kBaseline{4, 2 * kLanesOf<Lanes4>, pack<4, 2 * kLanesOf<Lanes4>>, baseline_tiles};
 
 #if defined(__x86_64__)
 using Lanes8 = Real __attribute__((vector_size(32)));
-// AVX2 without FMA (the target has no fused multiply-add to contract into): 8 fp32 lanes, 6 x 16 tile.
-[[gnu::target("avx2")]] void gemm_avx2(const GemmParams& p) { gemm_blocked<Lanes8, 6, 2>(p); }
-bool avx2_answers() { return __builtin_cpu_supports("avx2"); }
+using Lanes16 = Real __attribute__((vector_size(64)));
+// AVX2 without FMA (the semantics rounds each product): 8 fp32 lanes, a 6 x 16 tile in 12 of the
+// 16 ymm registers.
+[[gnu::target("avx2")]] void avx2_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
+  run_tiles<Lanes8, 6, 2>(job, begin, end);
+}
+// AVX-512F without FMA: 16 fp32 lanes, an 8 x 32 tile in 16 of the 32 zmm registers.
+[[gnu::target("avx512f")]] void avx512_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
+  run_tiles<Lanes16, 8, 2>(job, begin, end);
+}
+constexpr Kernel kAvx2{6, 2 * kLanesOf<Lanes8>, pack<6, 2 * kLanesOf<Lanes8>>, avx2_tiles};
+constexpr Kernel kAvx512{8, 2 * kLanesOf<Lanes16>, pack<8, 2 * kLanesOf<Lanes16>>, avx512_tiles};
+bool cpu_has(HostSimd simd) {
+  switch (simd) {
+    case HostSimd::baseline: return true;
+    case HostSimd::avx2: return __builtin_cpu_supports("avx2");
+    case HostSimd::avx512: return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
 #else
-void gemm_avx2(const GemmParams& p) { gemm_baseline(p); }
-bool avx2_answers() { return false; }
+constexpr Kernel kAvx2 = kBaseline;
+constexpr Kernel kAvx512 = kBaseline;
+bool cpu_has(HostSimd simd) { return simd == HostSimd::baseline; }
 #endif
+
+const Kernel& kernel_for(HostSimd simd) {
+  return simd == HostSimd::avx512 ? kAvx512 : simd == HostSimd::avx2 ? kAvx2 : kBaseline;
+}
+
+// The widest path the processor has, or the one TANDEM_HOST_SIMD names (baseline, avx2, avx512:
+// for tests and benchmarks that compare paths end to end); read once.
+HostSimd chosen_simd() {
+  static const HostSimd chosen = [] {
+    if (const char* named = std::getenv("TANDEM_HOST_SIMD"); named != nullptr && *named != '\0') {
+      const std::string name = named;
+      for (const HostSimd simd : kHostSimds) {
+        if (name != host_simd_name(simd)) continue;
+        if (!cpu_has(simd)) {
+          throw std::invalid_argument("TANDEM_HOST_SIMD=" + name + ": this processor has no " + name +
+                                      "; use baseline" + (cpu_has(HostSimd::avx2) ? " or avx2" : "") +
+                                      ", or unset it to take the widest");
+        }
+        return simd;
+      }
+      throw std::invalid_argument("TANDEM_HOST_SIMD=" + name + ": not a vector path; use baseline, avx2 or avx512, " +
+                                  "or unset it to take the widest the processor has");
+    }
+    return cpu_has(HostSimd::avx512) ? HostSimd::avx512 : cpu_has(HostSimd::avx2) ? HostSimd::avx2 : HostSimd::baseline;
+  }();
+  return chosen;
+}
 
 }  // namespace
 
-bool host_gemm_has(HostSimd simd) { return simd == HostSimd::baseline || avx2_answers(); }
+const char* host_simd_name(HostSimd simd) {
+  switch (simd) {
+    case HostSimd::baseline: return "baseline";
+    case HostSimd::avx2: return "avx2";
+    case HostSimd::avx512: return "avx512";
+  }
+  return "unknown";
+}
 
-void gemm_host_with(const GemmParams& p, HostSimd simd) {
+HostSimd host_simd() { return chosen_simd(); }
+
+bool host_gemm_has(HostSimd simd) { return cpu_has(simd); }
+
+void gemm_host_with(const GemmParams& p, HostSimd simd, HostWorkers* workers) {
   require_one_input_dtype(p);
   if (p.m <= 0 || p.n <= 0) return;
-  if (!host_gemm_has(simd)) throw std::invalid_argument("gemm_host_with: this processor has no AVX2");
-  simd == HostSimd::avx2 ? gemm_avx2(p) : gemm_baseline(p);
+  if (!host_gemm_has(simd)) {
+    throw std::invalid_argument(std::string("gemm_host_with: this processor has no ") + host_simd_name(simd));
+  }
+  const Kernel& kernel = kernel_for(simd);
+  const TileJob job = kernel.pack(p);
+  const std::int64_t tile_count = job.row_tiles * job.column_tiles;
+  // Below about a million multiply-adds, waking the workers costs more than they save.
+  if (workers == nullptr || workers->threads() == 1 || p.m * p.n * p.k < (std::int64_t{1} << 20)) {
+    kernel.tiles(job, 0, tile_count);
+  } else {
+    workers->for_each(tile_count, [&](std::int64_t begin, std::int64_t end) { kernel.tiles(job, begin, end); });
+  }
 }
 
-void gemm_host(const GemmParams& p) {
-  static const HostSimd widest = avx2_answers() ? HostSimd::avx2 : HostSimd::baseline;
-  gemm_host_with(p, widest);
-}
+void gemm_host(const GemmParams& p, HostWorkers* workers) { gemm_host_with(p, chosen_simd(), workers); }
 
 }  // namespace tandem::production
