@@ -1,8 +1,9 @@
 // `tandem data build --input DOCS.jsonl --output-prefix PREFIX [--tokenizer-type T ...]` (SPEC 12):
 // JSON Lines documents -> tokens (the byte tokenizer, or Megatron's GPT2BPETokenizer /
-// HuggingFaceTokenizer options) -> a Megatron indexed dataset PREFIX.bin / PREFIX.idx, the bytes
-// Megatron's tools/preprocess_data.py --append-eod writes. A bad line or option is an error naming
-// it, exit status 2, and no output files.
+// HuggingFaceTokenizer / SentencePiece options) -> one Megatron indexed dataset per --json-keys key,
+// PREFIX_KEY_document.bin / .idx: the names and bytes Megatron's tools/preprocess_data.py
+// --append-eod writes. A bad line or option is an error naming it, exit status 2, and no output
+// files.
 // `tandem data samples [RUN OPTIONS] [--part train|valid] [--first I] [--count N]`: the token
 // windows the trainers read, one sample per line, so the order can be checked against Megatron
 // (tests/megatron/) or by eye.
@@ -31,7 +32,7 @@ struct DataBuildState {
   data::JsonlBuildConfig build;
   std::string tokenizer = "bytes";      // --tokenizer: tandem's older spelling of --tokenizer-type bytes
   std::string tokenizer_type;           // --tokenizer-type, Megatron's spelling
-  std::vector<std::string> json_keys;   // --json-keys: Megatron takes several; tandem one
+  std::vector<std::string> json_keys;   // --json-keys: one dataset per key; default text
   bool append_eod = false;              // --append-eod: always on in tandem (SPEC 2); accepted
   bool split_sentences = false;         // --split-sentences: refused
   int workers = 1;                      // --workers: accepted; tandem tokenizes on one thread
@@ -42,17 +43,11 @@ void resolve_build_options(DataBuildState& state) {
   if (state.split_sentences) {
     throw ConfigError({ConfigIssue{"--split-sentences", "given",
                                    "tandem does not split documents into sentences (Megatron does it with NLTK's "
-                                   "punkt models); each document is one sequence",
+                                   "punkt models and writes PREFIX_KEY_sentence); each document is one sequence",
                                    "drop --split-sentences, or split with Megatron's preprocess_data.py, or give "
                                    "each document's \"text\" as a list of sentences"}});
   }
-  if (state.json_keys.size() > 1) {
-    throw ConfigError({ConfigIssue{"--json-keys", std::to_string(state.json_keys.size()) + " keys",
-                                   "tandem builds one dataset per run from one key (Megatron writes one "
-                                   "PREFIX_KEY_document pair per key)",
-                                   "run tandem data build once per key, with its own --output-prefix"}});
-  }
-  if (!state.json_keys.empty()) state.build.text_key = state.json_keys.front();
+  if (!state.json_keys.empty()) state.build.json_keys = state.json_keys;  // checked by the build
   if (!state.tokenizer_type.empty()) {
     const auto type = data::parse_tokenizer_type(state.tokenizer_type);
     if (!type) {
@@ -194,13 +189,15 @@ Command add_data_command(CLI::App& parent) {
       "build", "Tokenize JSON Lines documents (a \"text\" field per line) with the byte tokenizer "
                "or Megatron's GPT2BPETokenizer / byte-level HuggingFaceTokenizer / "
                "SentencePieceTokenizer / Llama2Tokenizer, and write "
-               "Megatron's PREFIX.bin / PREFIX.idx as its tools/preprocess_data.py --append-eod does "
-               "(EOD after every non-empty document; uint16 below 65,500 ids, else int32); "
+               "one Megatron dataset per --json-keys key, PREFIX_KEY_document.bin / .idx, as its "
+               "tools/preprocess_data.py --append-eod does (EOD after every non-empty document; "
+               "uint16 below 65,500 ids, else int32); train with --data-path PREFIX_KEY_document; "
                "docs/DATA.md sections 1 and 13");
   build->add_option("--input", state->build.input_path, "DOCS.jsonl: one JSON object per line")
       ->required();
   build->add_option("--output-prefix", state->build.output_prefix,
-                    "writes PREFIX.bin and PREFIX.idx (the directory must exist)")
+                    "writes PREFIX_KEY_document.bin and .idx for each --json-keys KEY, preprocess_data.py's "
+                    "names (the directory must exist)")
       ->required();
   build->add_option("--tokenizer", state->tokenizer,
                     "bytes: ids 0-255 are UTF-8 bytes, EOD 256, PAD 257 (SPEC 12; the same as "
@@ -218,7 +215,8 @@ Command add_data_command(CLI::App& parent) {
                     "HuggingFaceTokenizer: a local directory holding tokenizer.json (and tokenizer_config.json); "
                     "SentencePieceTokenizer, Llama2Tokenizer: the SentencePiece .model file");
   build->add_option("--json-keys", state->json_keys,
-                    "the field holding each document's text (default: text; one key)");
+                    "the fields holding each document's text, one dataset per key, from one pass "
+                    "(default: text)");
   build->add_flag("--append-eod", state->append_eod,
                   "accepted for Megatron's command line: tandem always appends the EOD (SPEC 2)");
   build->add_flag("--split-sentences", state->split_sentences, "refused: tandem does not split sentences");
@@ -268,20 +266,27 @@ Command add_data_command(CLI::App& parent) {
     if (inspect->parsed()) return inspect_sample(*inspect_state);
     try {
       resolve_build_options(*state);  // ConfigError -> exit 2 in main
-      const auto summary = data::build_dataset_from_jsonl(state->build);
+      const auto summaries = data::build_dataset_from_jsonl(state->build);
       // The ids the data was built with, as training will read them (SPEC 13).
       TokenizerConfig tokenizer = state->build.tokenizer;
       const data::TokenizerIds ids = data::read_tokenizer_ids(tokenizer);
       tokenizer.eod_token = ids.eod_token;
       tokenizer.pad_token = ids.pad_token;
-      std::cout << "tokenizer: " << data::tokenizer_summary(tokenizer, ids.vocab_size) << "\n"
-                << "documents: " << summary.documents << " (" << summary.empty_documents
-                << " empty)\n"
-                << "sequences: " << summary.sequences << "\n"
-                << "tokens:    " << summary.tokens << " (" << summary.documents - summary.empty_documents << " EOD)\n"
-                << "dtype:     " << data::to_string(summary.dtype) << " (code "
-                << static_cast<int>(summary.dtype) << ")\n"
-                << "wrote:     " << summary.bin_path << ", " << summary.idx_path << "\n";
+      std::cout << "tokenizer: " << data::tokenizer_summary(tokenizer, ids.vocab_size) << "\n";
+      for (std::size_t k = 0; k < summaries.size(); ++k) {
+        const auto& summary = summaries[k];
+        const std::string prefix =
+            data::megatron_document_prefix(state->build.output_prefix, state->build.json_keys[k]);
+        std::cout << "dataset:   " << prefix << " (key \"" << state->build.json_keys[k]
+                  << "\"; train with --data-path " << prefix << ")\n"
+                  << "documents: " << summary.documents << " (" << summary.empty_documents << " empty)\n"
+                  << "sequences: " << summary.sequences << "\n"
+                  << "tokens:    " << summary.tokens << " (" << summary.documents - summary.empty_documents
+                  << " EOD)\n"
+                  << "dtype:     " << data::to_string(summary.dtype) << " (code " << static_cast<int>(summary.dtype)
+                  << ")\n"
+                  << "wrote:     " << summary.bin_path << ", " << summary.idx_path << "\n";
+      }
       return 0;
     } catch (const data::JsonlError& error) {
       std::cerr << "error: " << error.what() << "\n";

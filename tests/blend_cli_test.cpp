@@ -28,37 +28,38 @@ using testing::bytes_of;
 using testing::read_log;
 using testing::run_tandem;
 
-// Two datasets of short documents of varied lengths, built with `tandem data build`: "web" (60
-// documents of 1-23 letters) and "code" (60 of 1-37 digits and spaces). Short documents put EODs
-// and, under unit packing, padding into most windows, so token counts differ from sample to
-// sample and expose a sample read from the wrong place.
+// Two datasets of short documents of varied lengths, built as a Megatron user builds them: one
+// JSON Lines file whose lines hold a "web" field (1-23 letters) and a "code" field (1-37 digits and
+// spaces), `tandem data build --json-keys web code` writing preprocess_data.py's names
+// corpus_web_document and corpus_code_document (60 documents each). Short documents put EODs and,
+// under unit packing, padding into most windows, so token counts differ from sample to sample and
+// expose a sample read from the wrong place.
 class BlendCli : public testing::TinyTrainCli {
  protected:
   std::string web_;
   std::string code_;
+  std::string build_output_;
 
   void SetUp() override {
     TinyTrainCli::SetUp();
     {
-      std::ofstream web(root_ / "web.jsonl");
-      std::ofstream code(root_ / "code.jsonl");
+      std::ofstream corpus(root_ / "corpus.jsonl");
       for (int document = 0; document < 60; ++document) {
-        web << nlohmann::json{{"text", std::string(static_cast<std::size_t>(document * 7 % 23 + 1),
-                                                   static_cast<char>('a' + document % 26))}}.dump()
-            << "\n";
         std::string digits;
         for (int i = 0; i < document * 11 % 37 + 1; ++i) digits += i % 5 == 4 ? ' ' : char('0' + i % 10);
-        code << nlohmann::json{{"text", digits}}.dump() << "\n";
+        corpus << nlohmann::json{{"web", std::string(static_cast<std::size_t>(document * 7 % 23 + 1),
+                                                     static_cast<char>('a' + document % 26))},
+                                 {"code", digits}}.dump()
+               << "\n";
       }
     }
-    web_ = (root_ / "web").string();
-    code_ = (root_ / "code").string();
-    for (const auto& [input, prefix] : {std::pair{root_ / "web.jsonl", web_},
-                                        std::pair{root_ / "code.jsonl", code_}}) {
-      const auto built = run_tandem({"data", "build", "--input", input.string(), "--output-prefix",
-                                     prefix}, "", "2>&1");
-      ASSERT_EQ(built.exit_code, 0) << built.output;
-    }
+    web_ = (root_ / "corpus_web_document").string();
+    code_ = (root_ / "corpus_code_document").string();
+    const auto built = run_tandem({"data", "build", "--input", (root_ / "corpus.jsonl").string(), "--output-prefix",
+                                   (root_ / "corpus").string(), "--json-keys", "web", "code"},
+                                  "", "2>&1");
+    ASSERT_EQ(built.exit_code, 0) << built.output;
+    build_output_ = built.output;
   }
 
   std::vector<std::string> blend() const { return {"--data-path", "0.3", web_, "0.7", code_}; }
@@ -109,6 +110,23 @@ TEST_F(BlendCli, TheReferenceTrainsOnTheBlendItsLogNames) {
   std::set<std::int64_t> distinct;
   for (std::size_t i = 1; i < records.size(); ++i) distinct.insert(records[i]["loss_tokens"].get<std::int64_t>());
   EXPECT_GT(distinct.size(), 1u);  // EODs vary the counts, so the comparison can fail
+}
+
+// issue 30's "done when": both keys' datasets under preprocess_data.py's names, each printed with
+// the --data-path that trains on it, and `tandem train --data-path P_web_document` trains on one.
+TEST_F(BlendCli, ATwoKeyBuildWritesBothDatasetsAndTrainingReadsOneByItsMegatronName) {
+  for (const auto& prefix : {web_, code_}) {
+    EXPECT_TRUE(fs::is_regular_file(prefix + ".bin") && fs::is_regular_file(prefix + ".idx")) << prefix;
+    EXPECT_NE(build_output_.find("train with --data-path " + prefix + ")"), std::string::npos) << build_output_;
+  }
+  const auto log = root_ / "web.jsonl";
+  const auto result = run_tandem(tiny_train({"--engine", "reference"}, {"--log", log.string(), "--data-path", web_}),
+                                 "", "2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto records = read_log(log);
+  ASSERT_EQ(records.size(), 1u + 6u);
+  EXPECT_EQ(records[0]["data"]["prefix"], web_) << records[0]["data"].dump();
+  EXPECT_NE(result.output.find("data: " + web_ + "\n"), std::string::npos) << result.output;
 }
 
 TEST_F(BlendCli, ResumeOfABlendedRunEqualsRunningStraightBitwise) {

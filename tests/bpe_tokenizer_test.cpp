@@ -103,12 +103,14 @@ TEST_F(BpeBuild, JsonKeysPicksTheFieldAndProgressGoesToStderr) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("data build: 2 documents, 4 tokens in "), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("tokens:    4 (2 EOD)"), std::string::npos) << result.output;  // Ġthe EOD x EOD
+  EXPECT_TRUE(fs::exists(root_ / "ds_body_document.idx"));  // preprocess_data.py's name for the key
+  EXPECT_FALSE(fs::exists(root_ / "ds_text_document.idx"));
 }
 
 TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   ASSERT_EQ(build({}).exit_code, 0);
-  const std::string bin = read_all(root_ / "ds.bin");
-  const std::string idx = read_all(root_ / "ds.idx");
+  const std::string bin = read_all(root_ / "ds_text_document.bin");
+  const std::string idx = read_all(root_ / "ds_text_document.idx");
   std::ofstream(root_ / "no-header.txt") << "\xc4\xa0 t\n";
   fs::create_directories(root_ / "normalized");
   {
@@ -132,7 +134,7 @@ TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
       {{"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", (root_ / "normalized").string()},
        "tokenizer.json's normalizer"},
       {{"--split-sentences"}, "--split-sentences = given: tandem does not split documents into sentences"},
-      {{"--json-keys", "text", "body"}, "--json-keys = 2 keys"},
+      {{"--json-keys", "text", "body", "text"}, "--json-keys = text (twice): each key writes its own dataset"},
       {{"--tokenizer-type", "NullTokenizer"}, "a NullTokenizer has no text form"},
       {{"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "x.model"},
        "--tokenizer-model = x.model: is not a readable file"},
@@ -151,8 +153,8 @@ TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   const auto bad_line = build({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", kLlama3});
   EXPECT_EQ(bad_line.exit_code, 2) << bad_line.output;
   EXPECT_NE(bad_line.output.find("docs.jsonl:3:"), std::string::npos) << bad_line.output;
-  EXPECT_EQ(read_all(root_ / "ds.bin"), bin);
-  EXPECT_EQ(read_all(root_ / "ds.idx"), idx);
+  EXPECT_EQ(read_all(root_ / "ds_text_document.bin"), bin);
+  EXPECT_EQ(read_all(root_ / "ds_text_document.idx"), idx);
 }
 
 }  // namespace

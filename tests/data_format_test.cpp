@@ -42,6 +42,7 @@ class TempDir {
   std::vector<std::string> files() const {
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
     return names;
   }
 
@@ -421,10 +422,11 @@ TEST(Jsonl, BuildsDocumentsWithEscapesAndEmptyText) {
     out << R"({"text": "hi\n", "id": 3})" << "\n" << R"({"text": ""})" << "\n"
         << R"({"text": "\u00e9"})" << "\n";
   }
-  const auto summary = build_dataset_from_jsonl(jsonl_config(dir / "docs.jsonl", dir / "ds"));
-  EXPECT_EQ(summary.documents, 3);
-  EXPECT_EQ(summary.empty_documents, 1);
-  const auto dataset = IndexedDataset::open(dir / "ds");
+  const auto summaries = build_dataset_from_jsonl(jsonl_config(dir / "docs.jsonl", dir / "ds"));
+  ASSERT_EQ(summaries.size(), 1u);
+  EXPECT_EQ(summaries[0].documents, 3);
+  EXPECT_EQ(summaries[0].empty_documents, 1);
+  const auto dataset = IndexedDataset::open(dir / "ds_text_document");
   EXPECT_EQ(dataset.sequence_tokens(0), (std::vector<std::int32_t>{'h', 'i', '\n', kEodToken}));
   EXPECT_EQ(dataset.sequence_tokens(1), (std::vector<std::int32_t>{0xC3, 0xA9, kEodToken}));
 }
@@ -439,12 +441,12 @@ TEST(Jsonl, AListValuedTextIsOneDocumentOfSequencesAsInMegatron) {
     out << R"({"text": ["ab", "", "c"]})" << "\n" << R"({"text": []})" << "\n" << R"({"text": ["", ""]})" << "\n"
         << R"({"text": "d"})" << "\n";
   }
-  const auto summary = build_dataset_from_jsonl(jsonl_config(dir / "docs.jsonl", dir / "ds"));
+  const auto summary = build_dataset_from_jsonl(jsonl_config(dir / "docs.jsonl", dir / "ds")).at(0);
   EXPECT_EQ(summary.documents, 4);
   EXPECT_EQ(summary.empty_documents, 2);
   EXPECT_EQ(summary.sequences, 3);
   EXPECT_EQ(summary.tokens, 2 + (1 + 1) + (1 + 1));  // "ab", "c" + EOD, "d" + EOD
-  const auto dataset = IndexedDataset::open(dir / "ds");
+  const auto dataset = IndexedDataset::open(dir / "ds_text_document");
   EXPECT_EQ(dataset.sequence_tokens(0), (std::vector<std::int32_t>{'a', 'b'}));  // no EOD inside
   EXPECT_EQ(dataset.sequence_tokens(1), (std::vector<std::int32_t>{'c', kEodToken}));
   EXPECT_EQ(dataset.sequence_tokens(2), (std::vector<std::int32_t>{'d', kEodToken}));
@@ -456,8 +458,8 @@ TEST(Jsonl, AListValuedTextIsOneDocumentOfSequencesAsInMegatron) {
   // The embedded-corpus path writes the same bytes as the streaming build.
   const auto documents = read_jsonl_documents(jsonl_config(dir / "docs.jsonl", dir / "unused"));
   write_documents(dir / "written", documents);
-  EXPECT_EQ(read_file(dir / "written.idx"), read_file(dir / "ds.idx"));
-  EXPECT_EQ(read_file(dir / "written.bin"), read_file(dir / "ds.bin"));
+  EXPECT_EQ(read_file(dir / "written.idx"), read_file(dir / "ds_text_document.idx"));
+  EXPECT_EQ(read_file(dir / "written.bin"), read_file(dir / "ds_text_document.bin"));
 }
 
 TEST(Jsonl, BadLinesNameTheLineAndWriteNothing) {
@@ -487,6 +489,95 @@ TEST(Jsonl, BadLinesNameTheLineAndWriteNothing) {
     }
     EXPECT_EQ(dir.files(), std::vector<std::string>{"docs.jsonl"}) << "output left for " << line;
   }
+}
+
+// Megatron's preprocess_data.py --json-keys K1 K2: one pass over the input, one dataset per key
+// under P_K_document (it wrote P.bin / P.idx, and refused a second key). Each key's dataset holds
+// every line's document for that key, empty ones included, and equals a build of that key alone.
+TEST(Jsonl, EveryJsonKeyIsItsOwnDatasetUnderPreprocessDataPyNames) {
+  TempDir dir;
+  {
+    std::ofstream out(dir / "docs.jsonl");
+    out << R"({"text": "body one", "title": "T1"})" << "\n"
+        << R"({"title": "", "text": "body two"})" << "\n"
+        << R"({"text": ["p", "q"], "title": "T3", "id": 7})" << "\n";
+  }
+  auto config = jsonl_config(dir / "docs.jsonl", dir / "corpus");
+  config.json_keys = {"text", "title"};
+  const auto summaries = build_dataset_from_jsonl(config);
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[0].bin_path, dir / "corpus_text_document.bin");
+  EXPECT_EQ(summaries[1].idx_path, dir / "corpus_title_document.idx");
+  EXPECT_EQ(megatron_document_prefix(dir / "corpus", "title"), dir / "corpus_title_document");
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"corpus_text_document.bin", "corpus_text_document.idx",
+                                                   "corpus_title_document.bin", "corpus_title_document.idx",
+                                                   "docs.jsonl"}));
+  const auto text = IndexedDataset::open(dir / "corpus_text_document");
+  EXPECT_EQ(text.document_count(), 3);
+  EXPECT_EQ(text.sequence_count(), 4);  // "body one", "body two", "p", "q"
+  EXPECT_EQ(text.sequence_tokens(2), (std::vector<std::int32_t>{'p'}));
+  const auto title = IndexedDataset::open(dir / "corpus_title_document");
+  EXPECT_EQ(title.document_count(), 3);
+  EXPECT_EQ(summaries[1].empty_documents, 1);
+  EXPECT_EQ(title.sequence_tokens(0), (std::vector<std::int32_t>{'T', '1', kEodToken}));
+  EXPECT_EQ(title.sequence_tokens(1), (std::vector<std::int32_t>{'T', '3', kEodToken}));
+  // The same bytes as building each key alone.
+  for (const std::string key : {"text", "title"}) {
+    auto alone = jsonl_config(dir / "docs.jsonl", dir / ("alone_" + key));
+    alone.json_keys = {key};
+    build_dataset_from_jsonl(alone);
+    for (const char* suffix : {".bin", ".idx"}) {
+      EXPECT_EQ(read_file(dir / ("alone_" + key + "_" + key + "_document" + suffix)),
+                read_file(dir / ("corpus_" + key + "_document" + suffix)))
+          << key << suffix;
+    }
+  }
+}
+
+TEST(Jsonl, KeyListsThatCannotNameTheirDatasetsAreRefusedAndWriteNothing) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "--json-keys = (none): no key names a text field"},
+      {{"text", ""}, "--json-keys = \"\": an empty key names no field"},
+      {{"a/b"}, "--json-keys = a/b: a key with '/'"},
+      {{"text", "title", "text"}, "--json-keys = text (twice): each key writes its own dataset"},
+  };
+  for (const auto& [keys, message] : cases) {
+    TempDir dir;
+    std::ofstream(dir / "docs.jsonl") << R"({"text": "a", "title": "b", "a/b": "c"})" << "\n";
+    auto config = jsonl_config(dir / "docs.jsonl", dir / "ds");
+    config.json_keys = keys;
+    try {
+      build_dataset_from_jsonl(config);
+      ADD_FAILURE() << "accepted " << keys.size() << " keys";
+    } catch (const JsonlError& error) {
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("fix: "), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(dir.files(), std::vector<std::string>{"docs.jsonl"});
+  }
+}
+
+// A line without the second key stops the build there, and neither key's dataset is written (an
+// earlier build under those names stays as it was).
+TEST(Jsonl, ALineMissingOneKeyNamesItAndLeavesEveryKeysDatasetAsItWas) {
+  TempDir dir;
+  std::ofstream(dir / "good.jsonl") << R"({"text": "old", "title": "old"})" << "\n";
+  auto config = jsonl_config(dir / "good.jsonl", dir / "ds");
+  config.json_keys = {"text", "title"};
+  build_dataset_from_jsonl(config);
+  const auto before = read_file(dir / "ds_text_document.bin");
+  std::ofstream(dir / "bad.jsonl") << R"({"text": "new", "title": "new"})" << "\n" << R"({"text": "x"})" << "\n";
+  config.input_path = dir / "bad.jsonl";
+  try {
+    build_dataset_from_jsonl(config);
+    ADD_FAILURE() << "accepted a line without \"title\"";
+  } catch (const JsonlError& error) {
+    EXPECT_EQ(error.line(), 2);
+    EXPECT_NE(std::string(error.what()).find("bad.jsonl:2: no \"title\" field"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(read_file(dir / "ds_text_document.bin"), before);
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"bad.jsonl", "ds_text_document.bin", "ds_text_document.idx",
+                                                   "ds_title_document.bin", "ds_title_document.idx", "good.jsonl"}));
 }
 
 TEST(DefaultCorpus, IsFoundSmallVariedAndBuilds) {
@@ -543,14 +634,18 @@ TEST(DataBuildCommand, BuildsTheEmbeddedCorpusEndToEnd) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("documents: "), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("dtype:     uint16 (code 8)"), std::string::npos) << run.out;
-  const auto dataset = IndexedDataset::open(dir / "c");
+  // Without --json-keys: Megatron's default key, text, and preprocess_data.py's name for it.
+  EXPECT_NE(run.out.find("train with --data-path " + (dir / "c_text_document")), std::string::npos) << run.out;
+  const auto dataset = IndexedDataset::open(dir / "c_text_document");
   EXPECT_NE(run.out.find("tokens:    " + std::to_string(dataset.total_tokens())), std::string::npos)
       << run.out;
   // Same bytes as the library's build of the same file.
   const auto library = build_dataset_from_jsonl(jsonl_config(corpus, dir / "lib"));
-  EXPECT_EQ(read_file(dir / "c.idx"), read_file(dir / "lib.idx"));
-  EXPECT_EQ(read_file(dir / "c.bin"), read_file(dir / "lib.bin"));
-  EXPECT_EQ(library.tokens, dataset.total_tokens());
+  EXPECT_EQ(read_file(dir / "c_text_document.idx"), read_file(dir / "lib_text_document.idx"));
+  EXPECT_EQ(read_file(dir / "c_text_document.bin"), read_file(dir / "lib_text_document.bin"));
+  EXPECT_EQ(library.at(0).tokens, dataset.total_tokens());
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"c_text_document.bin", "c_text_document.idx",
+                                                   "lib_text_document.bin", "lib_text_document.idx"}));
 }
 
 // A killed `tandem data build` leaves PREFIX.bin.tmp.PID (and PREFIX.idx.tmp.PID); nothing removed
@@ -569,9 +664,10 @@ TEST(DataBuildCommand, TheNextBuildRemovesWhatKilledBuildsLeft) {
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // a PID that no longer runs
   const std::string dead = std::to_string(child);
   const std::string alive = std::to_string(::getpid());
-  const std::vector<std::string> abandoned{dir / ("ds.bin.tmp." + dead), dir / ("ds.idx.tmp." + dead)};
-  const std::string running = dir / ("ds.bin.tmp." + alive);
-  const std::string held = dir / ("ds.bin.tmp.1" + dead);  // a dead PID too, but locked
+  const std::vector<std::string> abandoned{dir / ("ds_text_document.bin.tmp." + dead),
+                                           dir / ("ds_text_document.idx.tmp." + dead)};
+  const std::string running = dir / ("ds_text_document.bin.tmp." + alive);
+  const std::string held = dir / ("ds_text_document.bin.tmp.1" + dead);  // a dead PID too, but locked
   const std::string other = dir / ("other.bin.tmp." + dead);
   for (const auto& path : {abandoned[0], abandoned[1], running, held, other}) std::ofstream(path) << "partial";
   const int held_fd = ::open(held.c_str(), O_RDONLY);
@@ -589,7 +685,7 @@ TEST(DataBuildCommand, TheNextBuildRemovesWhatKilledBuildsLeft) {
   EXPECT_TRUE(fs::exists(running));
   EXPECT_TRUE(fs::exists(held)) << "pid 1" << dead << (held_pid_runs ? " runs" : " does not run");
   EXPECT_TRUE(fs::exists(other));
-  EXPECT_TRUE(fs::exists(dir / "ds.idx"));
+  EXPECT_TRUE(fs::exists(dir / "ds_text_document.idx"));
   EXPECT_EQ(run.err.find("removed " + running), std::string::npos) << run.err;
 }
 

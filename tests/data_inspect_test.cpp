@@ -35,9 +35,9 @@ class DataInspect : public ::testing::Test {
       std::ofstream docs(root_ / "docs.jsonl");
       for (const char* text : {"ab", "c\n", "\xc3\xa9"}) docs << nlohmann::json{{"text", text}}.dump() << "\n";
     }
-    prefix_ = (root_ / "docs").string();
+    prefix_ = (root_ / "docs_text_document").string();  // preprocess_data.py's name for key "text"
     const auto built = run_tandem({"data", "build", "--input", (root_ / "docs.jsonl").string(),
-                                   "--output-prefix", prefix_}, "", "2>&1");
+                                   "--output-prefix", (root_ / "docs").string()}, "", "2>&1");
     ASSERT_EQ(built.exit_code, 0) << built.output;
   }
   void TearDown() override { std::filesystem::remove_all(root_); }

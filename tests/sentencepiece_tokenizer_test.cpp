@@ -137,7 +137,7 @@ TEST_F(SentencePieceBuild, DocumentsAreEncodeAsIdsThenTheEod) {
   EXPECT_NE(result.output.find("tokenizer: Llama2Tokenizer: EOD 2, PAD none, 600 ids"), std::string::npos)
       << result.output;
   const auto model = SentencePieceModel::load(kLlama2, "--tokenizer-model");
-  const IndexedDataset dataset = IndexedDataset::open((root_ / "ds").string());
+  const IndexedDataset dataset = IndexedDataset::open((root_ / "ds_text_document").string());
   ASSERT_EQ(dataset.sequence_count(), 2);  // the empty document has no sequence
   EXPECT_EQ(dataset.document_count(), 3);
   std::vector<std::int32_t> first = model.encode("1234");
@@ -151,8 +151,8 @@ TEST_F(SentencePieceBuild, DocumentsAreEncodeAsIdsThenTheEod) {
 
 TEST_F(SentencePieceBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   ASSERT_EQ(build({"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", kUnigram}).exit_code, 0);
-  const std::string bin = read_all(root_ / "ds.bin");
-  const std::string idx = read_all(root_ / "ds.idx");
+  const std::string bin = read_all(root_ / "ds_text_document.bin");
+  const std::string idx = read_all(root_ / "ds_text_document.idx");
   std::ofstream(root_ / "text.model") << "this is not a protobuf\n";
   const std::string missing = (root_ / "missing.model").string();
   const std::string text = (root_ / "text.model").string();
@@ -178,8 +178,8 @@ TEST_F(SentencePieceBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
     EXPECT_NE(result.output.find(refused.says), std::string::npos) << "expected \"" << refused.says << "\" in:\n"
                                                                    << result.output;
     EXPECT_NE(result.output.find("fix: "), std::string::npos) << result.output;
-    EXPECT_EQ(read_all(root_ / "ds.bin"), bin);
-    EXPECT_EQ(read_all(root_ / "ds.idx"), idx);
+    EXPECT_EQ(read_all(root_ / "ds_text_document.bin"), bin);
+    EXPECT_EQ(read_all(root_ / "ds_text_document.idx"), idx);
   }
 }
 

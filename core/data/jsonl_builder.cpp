@@ -45,19 +45,59 @@ std::ifstream open_jsonl(const JsonlBuildConfig& config) {
   return input;
 }
 
-// Calls `take(tokens)` for each document of `input`, in order, each piece's text tokenized by
-// `tokenize`; throws JsonlError on a bad line.
+// One document's pieces from field `key` of the parsed line `document`, each tokenized by
+// `tokenize`; throws JsonlError (at `where`) when the field is missing or not text.
+template <typename Tokenize>
+JsonlDocument document_pieces(const nlohmann::json& document, const std::string& key, const std::string& where,
+                              std::int64_t line_number, Tokenize& tokenize) {
+  const auto text = document.find(key);
+  if (text == document.end()) {
+    throw JsonlError(where + "no \"" + key + "\" field; expected an object with a \"" + key +
+                         "\" string (--json-keys names it); fix: add the field, or name the fields the "
+                         "lines hold with --json-keys",
+                     line_number);
+  }
+  JsonlDocument pieces;
+  if (text->is_string()) {
+    pieces.push_back(tokenize(text->get_ref<const std::string&>()));
+  } else if (text->is_array()) {
+    // Megatron's preprocess_data.py: a list's elements are tokenized one by one (its sentences).
+    for (std::size_t i = 0; i < text->size(); ++i) {
+      const auto& piece = (*text)[i];
+      if (!piece.is_string()) {
+        throw JsonlError(where + "\"" + key + "\"[" + std::to_string(i) + "] is a " +
+                             std::string(piece.type_name()) +
+                             "; expected a string (a list-valued text holds strings); fix: store "
+                             "each piece of the document's text as a string",
+                         line_number);
+      }
+      pieces.push_back(tokenize(piece.get_ref<const std::string&>()));
+    }
+  } else {
+    throw JsonlError(where + "\"" + key + "\" is a " + std::string(text->type_name()) +
+                         "; expected a string or a list of strings; fix: store the document's "
+                         "text as a string",
+                     line_number);
+  }
+  return pieces;
+}
+
+// Calls `take(documents)` for each line of `input`, in order, with one document per key of
+// config.json_keys (in that order), each piece's text tokenized by `tokenize`; throws JsonlError
+// on a bad line.
 template <typename Tokenize, typename Take>
 void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& input, Tokenize&& tokenize, Take&& take) {
+  const std::string& first_key = config.json_keys.front();
   std::string line;
   std::int64_t line_number = 0;
+  std::vector<JsonlDocument> documents;
   while (std::getline(input, line)) {
     ++line_number;
     const std::string where = config.input_path + ":" + std::to_string(line_number) + ": ";
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) {
-      throw JsonlError(where + "empty line; expected one JSON object per line with a \"" +
-                           config.text_key + "\" string; fix: remove the blank line",
+      throw JsonlError(where + "empty line; expected one JSON object per line with a \"" + first_key +
+                           "\" string; fix: remove the blank line",
                        line_number);
     }
     nlohmann::json document;
@@ -70,46 +110,44 @@ void for_each_jsonl_document(const JsonlBuildConfig& config, std::ifstream& inpu
     }
     if (!document.is_object()) {
       throw JsonlError(where + "a JSON " + std::string(document.type_name()) +
-                           "; expected an object with a \"" + config.text_key +
-                           "\" string; fix: write {\"" + config.text_key + "\": \"...\"}",
+                           "; expected an object with a \"" + first_key +
+                           "\" string; fix: write {\"" + first_key + "\": \"...\"}",
                        line_number);
     }
-    const auto text = document.find(config.text_key);
-    if (text == document.end()) {
-      throw JsonlError(where + "no \"" + config.text_key +
-                           "\" field; expected an object with a \"" + config.text_key +
-                           "\" string; fix: add the field",
-                       line_number);
+    documents.clear();
+    for (const std::string& key : config.json_keys) {
+      documents.push_back(document_pieces(document, key, where, line_number, tokenize));
     }
-    JsonlDocument pieces;
-    if (text->is_string()) {
-      pieces.push_back(tokenize(text->get_ref<const std::string&>()));
-    } else if (text->is_array()) {
-      // Megatron's preprocess_data.py: a list's elements are tokenized one by one (its sentences).
-      for (std::size_t i = 0; i < text->size(); ++i) {
-        const auto& piece = (*text)[i];
-        if (!piece.is_string()) {
-          throw JsonlError(where + "\"" + config.text_key + "\"[" + std::to_string(i) + "] is a " +
-                               std::string(piece.type_name()) +
-                               "; expected a string (a list-valued text holds strings); fix: store "
-                               "each piece of the document's text as a string",
-                           line_number);
-        }
-        pieces.push_back(tokenize(piece.get_ref<const std::string&>()));
-      }
-    } else {
-      throw JsonlError(where + "\"" + config.text_key + "\" is a " +
-                           std::string(text->type_name()) +
-                           "; expected a string or a list of strings; fix: store the document's "
-                           "text as a string",
-                       line_number);
-    }
-    take(std::move(pieces));
+    take(documents);
   }
   if (input.bad()) {
     throw JsonlError("--input " + config.input_path + ": read failed after line " +
                          std::to_string(line_number),
                      line_number);
+  }
+}
+
+// Throws JsonlError (line 0) unless every key can name a dataset of its own: at least one key,
+// none empty, none holding '/' (it would become a folder of the file name), none twice.
+void check_json_keys(const JsonlBuildConfig& config) {
+  const auto refuse = [](const std::string& value, const std::string& rule, const std::string& fix) {
+    throw JsonlError("--json-keys = " + value + ": " + rule + "; fix: " + fix, 0);
+  };
+  if (config.json_keys.empty()) refuse("(none)", "no key names a text field", "give at least one key, e.g. --json-keys text");
+  for (std::size_t i = 0; i < config.json_keys.size(); ++i) {
+    const std::string& key = config.json_keys[i];
+    if (key.empty()) refuse("\"\"", "an empty key names no field", "give the field's name");
+    if (key.find('/') != std::string::npos) {
+      refuse(key, "a key with '/' would make " + megatron_document_prefix(config.output_prefix, key) +
+                      " a path through a folder",
+             "rename the field, or give its dataset's folder in --output-prefix");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (config.json_keys[j] == key) {
+        refuse(key + " (twice)", "each key writes its own dataset " + megatron_document_prefix(config.output_prefix, key),
+               "give each key once");
+      }
+    }
   }
 }
 
@@ -123,11 +161,22 @@ std::vector<std::span<const std::int32_t>> spans_of(const JsonlDocument& documen
 
 }  // namespace
 
+std::string megatron_document_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_document";
+}
+
 std::vector<JsonlDocument> read_jsonl_documents(const JsonlBuildConfig& config) {
+  check_json_keys(config);
+  if (config.json_keys.size() != 1) {
+    throw JsonlError("--json-keys: read_jsonl_documents reads one key, not " +
+                         std::to_string(config.json_keys.size()) + "; fix: use build_dataset_from_jsonl",
+                     0);
+  }
   std::vector<JsonlDocument> documents;
   auto input = open_jsonl(config);
-  for_each_jsonl_document(config, input, byte_tokenize,
-                          [&](JsonlDocument pieces) { documents.push_back(std::move(pieces)); });
+  for_each_jsonl_document(config, input, byte_tokenize, [&](std::vector<JsonlDocument>& per_key) {
+    documents.push_back(std::move(per_key.front()));
+  });
   return documents;
 }
 
@@ -141,15 +190,11 @@ IndexedDatasetSummary write_documents(const std::string& prefix, const std::vect
   return writer.finish();
 }
 
-IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
-  // Documents stream into the writer's temporary files; a bad line throws before finish(), and
-  // the writer's destructor removes the temporaries, so no output file is left behind.
+std::vector<IndexedDatasetSummary> build_dataset_from_jsonl(const JsonlBuildConfig& config) {
+  // Documents stream into the writers' temporary files; a bad line throws before finish(), and
+  // the writers' destructors remove the temporaries, so no output file is left behind.
+  check_json_keys(config);
   const std::unique_ptr<TextTokenizer> tokenizer = make_text_tokenizer(config.tokenizer);  // ConfigError
-  IndexedDatasetWriterConfig writer_config;
-  writer_config.prefix = config.output_prefix;
-  // preprocess_data.py: DType.optimal_dtype(tokenizer.vocab_size), the size before padding.
-  writer_config.vocab_size = tokenizer->ids().vocab_size;
-  writer_config.eod_token = tokenizer->ids().eod_token;
   auto input = open_jsonl(config);
   const auto directory = std::filesystem::path(config.output_prefix).parent_path();
   if (!directory.empty() && !std::filesystem::is_directory(directory)) {
@@ -157,12 +202,20 @@ IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
                          directory.string() + " does not exist; fix: create it first",
                      0);
   }
-  IndexedDatasetWriter writer(writer_config);
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  for (const std::string& key : config.json_keys) {
+    IndexedDatasetWriterConfig writer_config;
+    writer_config.prefix = megatron_document_prefix(config.output_prefix, key);
+    // preprocess_data.py: DType.optimal_dtype(tokenizer.vocab_size), the size before padding.
+    writer_config.vocab_size = tokenizer->ids().vocab_size;
+    writer_config.eod_token = tokenizer->ids().eod_token;
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(writer_config));
+  }
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   auto last_report = started;
   std::int64_t documents = 0;
-  std::int64_t tokens = 0;
+  std::int64_t tokens = 0;  // every key's, EODs included
   const auto report = [&](const char* what) {
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const double rate_base = seconds > 0 ? seconds : 1e-9;
@@ -171,15 +224,17 @@ IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
               << static_cast<std::int64_t>(static_cast<double>(tokens) / rate_base) << " tokens/s)\n";
   };
   const auto tokenize = [&](const std::string& text) { return tokenizer->tokenize(text); };
-  for_each_jsonl_document(config, input, tokenize, [&](const JsonlDocument& pieces) {
-    writer.add_document_pieces(spans_of(pieces));
-    ++documents;
-    bool any = false;
-    for (const auto& piece : pieces) {
-      tokens += static_cast<std::int64_t>(piece.size());
-      any = any || !piece.empty();
+  for_each_jsonl_document(config, input, tokenize, [&](const std::vector<JsonlDocument>& per_key) {
+    for (std::size_t k = 0; k < per_key.size(); ++k) {
+      writers[k]->add_document_pieces(spans_of(per_key[k]));
+      bool any = false;
+      for (const auto& piece : per_key[k]) {
+        tokens += static_cast<std::int64_t>(piece.size());
+        any = any || !piece.empty();
+      }
+      if (any) ++tokens;  // the EOD the writer appends
     }
-    if (any) ++tokens;  // the EOD the writer appends
+    ++documents;
     if (config.progress_seconds >= 0) {
       const auto now = Clock::now();
       if (std::chrono::duration<double>(now - last_report).count() >= config.progress_seconds) {
@@ -188,12 +243,13 @@ IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config) {
       }
     }
   });
-  IndexedDatasetSummary summary = writer.finish();
+  std::vector<IndexedDatasetSummary> summaries;
+  for (const auto& writer : writers) summaries.push_back(writer->finish());
   if (config.progress_seconds >= 0 &&
       std::chrono::duration<double>(Clock::now() - started).count() >= config.progress_seconds) {
     report("done, ");
   }
-  return summary;
+  return summaries;
 }
 
 std::string default_corpus_jsonl_path() {

@@ -1,8 +1,9 @@
-// `tandem data build` as a library call: JSON Lines documents with a "text" field (a string, or a
-// list of strings as Megatron's preprocessing accepts), tokenized by the byte tokenizer of SPEC 12
-// or a real one (core/data/text_tokenizer.hpp), written as a Megatron indexed dataset (SPEC 2)
-// byte for byte as Megatron's tools/preprocess_data.py --append-eod writes it. Also where the
-// embedded default corpus lives and how it becomes a dataset at run time.
+// `tandem data build` as a library call: JSON Lines documents with one text field per --json-keys
+// key (a string, or a list of strings as Megatron's preprocessing accepts), tokenized by the byte
+// tokenizer of SPEC 12 or a real one (core/data/text_tokenizer.hpp), written as one Megatron
+// indexed dataset (SPEC 2) per key, under the names and with the bytes Megatron's
+// tools/preprocess_data.py --append-eod writes (PREFIX_KEY_document.bin/.idx, SPEC 13). Also where
+// the embedded default corpus lives and how it becomes a dataset at run time.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +34,11 @@ std::vector<std::int32_t> byte_tokenize(const std::string& utf8_text);
 
 struct JsonlBuildConfig {
   std::string input_path;          // DOCS.jsonl: one JSON object per line
-  std::string output_prefix;       // writes PREFIX.bin and PREFIX.idx
+  std::string output_prefix;       // Megatron's --output-prefix P: writes P_K_document.{bin,idx} per key K
   TokenizerConfig tokenizer;       // Megatron's --tokenizer-type and its files; default: bytes (SPEC 12)
-  std::string text_key = "text";   // the field holding each document's text (Megatron's --json-keys)
+  // The fields holding each document's texts (Megatron's --json-keys): one dataset per key, in
+  // this order, from one pass over the input. Each key once, none empty or holding '/'.
+  std::vector<std::string> json_keys{"text"};
   // Seconds between progress lines on stderr (documents, tokens, and each per second); 0: after
   // every document; negative: none. Default 10: a long build says it is alive, a short one is quiet.
   double progress_seconds = 10.0;
@@ -46,16 +49,22 @@ struct JsonlBuildConfig {
 // records each non-empty one as a sequence of the document; the EOD ends the last).
 using JsonlDocument = std::vector<std::vector<std::int32_t>>;
 
-// Reads and checks every line, tokenized (EOD not yet appended).
+// The dataset prefix preprocess_data.py writes for `key` under --output-prefix `output_prefix`
+// (without --split-sentences): "P_K_document". `tandem train --data-path` takes it as it is.
+std::string megatron_document_prefix(const std::string& output_prefix, const std::string& key);
+
+// Reads and checks every line of a one-key config, byte-tokenized (EOD not yet appended).
 // Throws JsonlError naming the file and 1-based line of the first bad line.
 std::vector<JsonlDocument> read_jsonl_documents(const JsonlBuildConfig& config);
 
 // Writes byte-tokenized documents to PREFIX atomically (EOD appended to non-empty ones).
 IndexedDatasetSummary write_documents(const std::string& prefix, const std::vector<JsonlDocument>& documents);
 
-// Streams every line through the tokenizer into the writer, atomically. On any bad line throws
-// JsonlError and leaves no output files behind (an existing dataset at PREFIX stays as it was).
-IndexedDatasetSummary build_dataset_from_jsonl(const JsonlBuildConfig& config);
+// Streams every line through the tokenizer into one writer per key and returns their summaries in
+// the order of config.json_keys. On a bad key list, input or line throws JsonlError and leaves no
+// output file behind (existing datasets under those names stay as they were); each key's pair is
+// then replaced atomically, one after the other.
+std::vector<IndexedDatasetSummary> build_dataset_from_jsonl(const JsonlBuildConfig& config);
 
 // The embedded corpus (fixtures/corpus/default.jsonl). Looked up in order: the environment
 // variable TANDEM_CORPUS (a file), the source tree this library was compiled from

@@ -31,11 +31,11 @@ printf '%s\n' '{"text": ["first piece. ", "", "second piece."]}' '{"text": "ok"}
 printf '%s\n' '{"text": "x"}' >"$scratch/one.jsonl"
 for name in small pieces one; do
   "$tandem" data build --input "$scratch/$name.jsonl" --output-prefix "$scratch/$name" >/dev/null
-  pack_dataset "$scratch/$name" "$name-uint16"
+  pack_dataset "$scratch/${name}_text_document" "$name-uint16"
 done
 head -n 3 "$root/fixtures/corpus/default.jsonl" >"$scratch/corpus3.jsonl"
 "$tandem" data build --input "$scratch/corpus3.jsonl" --output-prefix "$scratch/corpus3" >/dev/null
-pack_dataset "$scratch/corpus3" corpus-first-3-documents
+pack_dataset "$scratch/corpus3_text_document" corpus-first-3-documents
 
 # --- checkpoints: a tiny model (1 layer, width 8) so each tensor file stays a few kilobytes.
 tiny=(--num-layers 1 --hidden-size 8 --num-attention-heads 2 --seq-length 8 --micro-batch-size 1

@@ -78,9 +78,10 @@ def tandem_writes(args, shift_expected):
     with open(jsonl, "w", encoding="utf-8") as out:
         for text in texts:
             out.write(json.dumps({"text": text}) + "\n")
-    prefix = os.path.join(args.work, "tandem_docs" + ("_shifted" if shift_expected else ""))
-    subprocess.run([args.tandem, "data", "build", "--input", jsonl, "--output-prefix", prefix],
+    output_prefix = os.path.join(args.work, "tandem_docs" + ("_shifted" if shift_expected else ""))
+    subprocess.run([args.tandem, "data", "build", "--input", jsonl, "--output-prefix", output_prefix],
                    check=True, stdout=subprocess.DEVNULL)
+    prefix = output_prefix + "_text_document"  # preprocess_data.py's name for the default key
     modules = megatron_env.import_megatron()
     dataset = modules["indexed_dataset"].IndexedDataset(prefix)
     expected_sequences = [list(t.encode("utf-8")) + [EOD] for t in texts if t]

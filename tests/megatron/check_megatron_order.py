@@ -97,8 +97,9 @@ def main():
         jsonl = os.path.join(work, "docs%d.jsonl" % d)
         with open(jsonl, "w") as out:
             out.write("\n".join(corpus_lines(case.documents + 7 * d, salt=d)) + "\n")
-        prefix = os.path.join(work, "docs%d" % d)
-        run([args.tandem, "data", "build", "--input", jsonl, "--output-prefix", prefix], "tandem data build")
+        output_prefix = os.path.join(work, "docs%d" % d)
+        run([args.tandem, "data", "build", "--input", jsonl, "--output-prefix", output_prefix], "tandem data build")
+        prefix = output_prefix + "_text_document"  # preprocess_data.py's name for the default key
         data_path += ([weight] if weight else []) + [prefix]
 
     tandem_command = [args.tandem, "data", "samples", "--data-path"] + data_path + [

@@ -7,7 +7,10 @@ Unicode 14, the tables of Debian 12's PCRE2 10.42 and of tokenizers 0.19's Onigu
 White_Space character and its near misses (U+001C..U+001F, U+0085, U+200B), whitespace runs,
 digits, contractions in both cases, emoji sequences, the special tokens' text, and 300 seeded
 random strings; then:
-1. `tandem data build` tokenizes them with the case's tokenizer into PREFIX.bin / PREFIX.idx;
+1. `tandem data build` tokenizes them with the case's tokenizer into preprocess_data.py's
+   PREFIX_text_document.bin / .idx (gpt2_two_keys: each line also holds a "title", the texts in
+   reverse order, and `--json-keys text title` writes PREFIX_text_document and
+   PREFIX_title_document from one pass, each held to Megatron's builder on its own key's texts);
 2. Hugging Face's pinned packages tokenize the same texts (tests/hf/transformers_env.py's venv):
    HuggingFaceTokenizer cases as Megatron Core 0.19 does, `AutoTokenizer(DIR)(text).input_ids`;
    the GPT2BPETokenizer case with `tokenizers`' BPE over vocab.json/merges.txt and GPT-2's
@@ -44,7 +47,20 @@ CASES = {
     "llama3_bpe": (["--tokenizer-type", "HuggingFaceTokenizer",
                     "--tokenizer-model", os.path.join(FIXTURES, "llama3-bpe")], "auto"),
 }
+CASES["gpt2_two_keys"] = (CASES["gpt2_bpe"][0] + ["--json-keys", "text", "title"], "gpt2")
 CASES["negative_control"] = CASES["llama3_bpe"]
+
+
+def json_keys(case):
+    """The --json-keys a case builds (Megatron's default: text)."""
+    options = CASES[case][0]
+    return options[options.index("--json-keys") + 1:] if "--json-keys" in options else ["text"]
+
+
+def lines():
+    """The JSON Lines objects: every text under "text"; under "title", the texts in reverse order."""
+    documents = texts()
+    return [{"text": text, "title": title} for text, title in zip(documents, reversed(documents))]
 
 WHITE_SPACE = [0x9, 0xA, 0xB, 0xC, 0xD, 0x20, 0x85, 0xA0, 0x1680] + list(range(0x2000, 0x200B)) + \
     [0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
@@ -99,9 +115,9 @@ def texts():
 
 
 def oracle(args):
-    """Runs in the transformers venv: writes {vocab_size, eod, documents: [[ids per piece]]}."""
+    """Runs in the transformers venv: writes {vocab_size, eod, keys: {key: [[ids per piece]]}}."""
     with open(args.texts, encoding="utf-8") as stream:
-        documents = [json.loads(line)["text"] for line in stream]
+        objects = [json.loads(line) for line in stream]
     tandem_options, how = CASES[args.case]
     if how == "gpt2":
         from tokenizers import Tokenizer, models, pre_tokenizers
@@ -117,10 +133,12 @@ def oracle(args):
         tokenizer = AutoTokenizer.from_pretrained(tandem_options[3])
         encode = lambda text: tokenizer(text).input_ids  # noqa: E731
         vocab_size, eod = len(tokenizer), tokenizer.eos_token_id
-    result = {"vocab_size": vocab_size, "eod": eod, "documents": []}
-    for text in documents:
-        pieces = text if isinstance(text, list) else [text]
-        result["documents"].append([encode(piece) for piece in pieces])
+    result = {"vocab_size": vocab_size, "eod": eod, "keys": {}}
+    for key in json_keys(args.case):
+        result["keys"][key] = []
+        for line in objects:
+            pieces = line[key] if isinstance(line[key], list) else [line[key]]
+            result["keys"][key].append([encode(piece) for piece in pieces])
     with open(args.expected, "w") as stream:
         json.dump(result, stream)
 
@@ -134,34 +152,38 @@ def write_and_compare(args):
     indexed = modules["indexed_dataset"]
     with open(args.expected) as stream:
         expected = json.load(stream)
-    if args.case == "negative_control":  # one id off must be caught
-        first = next(d for d in expected["documents"] if d and d[0])
-        first[0][0] = (first[0][0] + 1) % expected["vocab_size"]
-    prefix = os.path.join(args.work, "megatron")
-    dtype = indexed.DType.optimal_dtype(expected["vocab_size"])
-    builder = indexed.IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
-    expected_sequences = []  # per document: its sequences, as preprocess_data.py's encode() makes them
-    for pieces in expected["documents"]:
-        doc_ids, lengths = [], []
-        for ids in pieces:
-            if ids:
-                doc_ids += ids
-                lengths.append(len(ids))
-        if doc_ids:
-            doc_ids.append(expected["eod"])
-            lengths[-1] += 1
-        builder.add_document(numpy.array(doc_ids, dtype=numpy.int64), lengths)
-        sequences, start = [], 0
-        for length in lengths:
-            sequences.append(doc_ids[start:start + length])
-            start += length
-        expected_sequences.append(sequences)
-    builder.finalize(prefix + ".idx")
-
     with open(args.texts, encoding="utf-8") as stream:
-        documents = [json.loads(line)["text"] for line in stream]
-    return dataset_verdict.judge(indexed, args.work, expected_sequences, documents, "Hugging Face", dtype.__name__,
-                                 args.case == "negative_control")
+        objects = [json.loads(line) for line in stream]
+    dtype = indexed.DType.optimal_dtype(expected["vocab_size"])
+    verdict = 0
+    for key in json_keys(args.case):
+        documents = expected["keys"][key]
+        if args.case == "negative_control":  # one id off must be caught
+            first = next(d for d in documents if d and d[0])
+            first[0][0] = (first[0][0] + 1) % expected["vocab_size"]
+        name = "megatron_" + key
+        builder = indexed.IndexedDatasetBuilder(os.path.join(args.work, name + ".bin"), dtype=dtype)
+        expected_sequences = []  # per document: its sequences, as preprocess_data.py's encode() makes them
+        for pieces in documents:
+            doc_ids, lengths = [], []
+            for ids in pieces:
+                if ids:
+                    doc_ids += ids
+                    lengths.append(len(ids))
+            if doc_ids:
+                doc_ids.append(expected["eod"])
+                lengths[-1] += 1
+            builder.add_document(numpy.array(doc_ids, dtype=numpy.int64), lengths)
+            sequences, start = [], 0
+            for length in lengths:
+                sequences.append(doc_ids[start:start + length])
+                start += length
+            expected_sequences.append(sequences)
+        builder.finalize(os.path.join(args.work, name + ".idx"))
+        verdict |= dataset_verdict.judge(indexed, args.work, expected_sequences, [line[key] for line in objects],
+                                         "Hugging Face", dtype.__name__, args.case == "negative_control",
+                                         tandem_name="tandem_%s_document" % key, megatron_name=name)
+    return verdict
 
 
 def main():
@@ -185,8 +207,8 @@ def main():
     import transformers_env
     os.makedirs(args.work, exist_ok=True)
     with open(args.texts, "w", encoding="utf-8") as stream:
-        for text in texts():
-            stream.write(json.dumps({"text": text}) + "\n")
+        for line in lines():
+            stream.write(json.dumps(line) + "\n")
     command = [args.tandem, "data", "build", "--input", args.texts, "--output-prefix",
                os.path.join(args.work, "tandem")] + CASES[args.case][0]
     print("reproduce: " + " ".join(command))

@@ -9,9 +9,12 @@ the difference was caught.
 import os
 
 
-def judge(indexed, work, expected_sequences, documents, oracle, dtype_name, negative_control, verdict=0):
-    tandem_prefix = os.path.join(work, "tandem")
-    megatron_prefix = os.path.join(work, "megatron")
+def judge(indexed, work, expected_sequences, documents, oracle, dtype_name, negative_control, verdict=0,
+          tandem_name="tandem_text_document", megatron_name="megatron"):
+    """tandem_name: the dataset `data build --output-prefix WORK/tandem` writes for one key
+    (preprocess_data.py's WORK/tandem_KEY_document); megatron_name: the one written here."""
+    tandem_prefix = os.path.join(work, tandem_name)
+    megatron_prefix = os.path.join(work, megatron_name)
     tandem = indexed.IndexedDataset(tandem_prefix)
     bounds = tandem.document_indices.tolist()
     compared = 0
@@ -32,8 +35,8 @@ def judge(indexed, work, expected_sequences, documents, oracle, dtype_name, nega
                   "at byte %d)" % (suffix, len(right), len(left), first))
             verdict = 1
         else:
-            print("PASS: %s equals Megatron's IndexedDatasetBuilder's byte for byte (%d bytes, dtype %s)" %
-                  (suffix, len(left), dtype_name))
+            print("PASS: %s%s equals Megatron's IndexedDatasetBuilder's byte for byte (%d bytes, dtype %s)" %
+                  (tandem_name, suffix, len(left), dtype_name))
     if negative_control:
         print("negative control: the shifted expectation was %s" % ("caught" if verdict else "NOT caught"))
         return 0 if verdict else 1
