@@ -14,6 +14,7 @@
 // Every variant gives the same bits (tests/production_ops_test.cpp).
 #include "production/kernels/gemm.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -109,12 +110,14 @@ template <class Lanes>
   return value - Lanes{};  // the scalar in every lane (-0 stays -0)
 }
 
-// Widens op(M) ([rows, depth]; `transposed_storage`: M is stored [depth, rows]) into panels of
-// kWidth rows: panel t holds rows t*kWidth.. at each step d side by side ([depth][kWidth]); the
-// padding rows stay zeros (their results are never stored).
+// Widens panels [first, last) of op(M) ([rows, depth]; `transposed_storage`: M is stored
+// [depth, rows]), each of kWidth rows: panel t holds rows t*kWidth.. at each step d side by side
+// ([depth][kWidth]); the padding rows are zeros (their results are never stored). Panels are
+// independent, so threads may pack different ones.
 template <std::int64_t kWidth, class Element>
 [[gnu::always_inline]] inline void pack_panels(const Element* data, std::int64_t rows, std::int64_t depth,
-                                               bool transposed_storage, Real* panels) {
+                                               bool transposed_storage, Real* panels, std::int64_t first,
+                                               std::int64_t last) {
   const auto widen = [](Element value) {
     if constexpr (std::is_same_v<Element, Bf16>) {
       return static_cast<Real>(f32_from_bf16(value));
@@ -122,27 +125,39 @@ template <std::int64_t kWidth, class Element>
       return value;
     }
   };
-  if (transposed_storage) {  // a panel's rows at step d are contiguous in M
-    for (std::int64_t d = 0; d < depth; ++d) {
-      const Element* row = data + d * rows;
-      for (std::int64_t r = 0; r < rows; ++r) panels[(r / kWidth) * depth * kWidth + d * kWidth + r % kWidth] = widen(row[r]);
-    }
-  } else {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const Element* row = data + r * depth;
-      Real* panel = panels + (r / kWidth) * depth * kWidth + r % kWidth;
-      for (std::int64_t d = 0; d < depth; ++d) panel[d * kWidth] = widen(row[d]);
+  for (std::int64_t t = first; t < last; ++t) {
+    Real* panel = panels + t * depth * kWidth;
+    const std::int64_t r0 = t * kWidth;
+    const std::int64_t width = std::min(kWidth, rows - r0);
+    if (transposed_storage) {  // a panel's rows at step d are contiguous in M
+      for (std::int64_t d = 0; d < depth; ++d) {
+        const Element* row = data + d * rows + r0;
+        Real* out = panel + d * kWidth;
+        for (std::int64_t r = 0; r < width; ++r) out[r] = widen(row[r]);
+        for (std::int64_t r = width; r < kWidth; ++r) out[r] = 0.0f;
+      }
+    } else {
+      for (std::int64_t r = 0; r < width; ++r) {
+        const Element* row = data + (r0 + r) * depth;
+        for (std::int64_t d = 0; d < depth; ++d) panel[d * kWidth + r] = widen(row[d]);
+      }
+      if (width < kWidth) {
+        for (std::int64_t d = 0; d < depth; ++d) {
+          for (std::int64_t r = width; r < kWidth; ++r) panel[d * kWidth + r] = 0.0f;
+        }
+      }
     }
   }
 }
 
 template <std::int64_t kWidth>
 [[gnu::always_inline]] inline void pack_operand(const GemmOperand& operand, std::int64_t rows, std::int64_t depth,
-                                                bool transposed_storage, Real* panels) {
+                                                bool transposed_storage, Real* panels, std::int64_t first,
+                                                std::int64_t last) {
   if (operand.dtype == DType::f32) {
-    pack_panels<kWidth>(static_cast<const Real*>(operand.data), rows, depth, transposed_storage, panels);
+    pack_panels<kWidth>(static_cast<const Real*>(operand.data), rows, depth, transposed_storage, panels, first, last);
   } else {
-    pack_panels<kWidth>(static_cast<const Bf16*>(operand.data), rows, depth, transposed_storage, panels);
+    pack_panels<kWidth>(static_cast<const Bf16*>(operand.data), rows, depth, transposed_storage, panels, first, last);
   }
 }
 
@@ -153,27 +168,40 @@ template <std::int64_t kWidth>
   store_from_f32(p.c, p.c_dtype, i * p.n + j, value);
 }
 
-// A packed product ready for its tiles: the panels of op(A) (kRows rows a panel) and of op(B)^T
+// A product's panels and tiles: the panels of op(A) (kRows rows a panel) and of op(B)^T
 // (kColumns columns a panel), and how many tiles of C there are.
 struct TileJob {
   const GemmParams* p = nullptr;
-  const Real* a_panels = nullptr;  // [row tiles][k][kRows]
-  const Real* b_panels = nullptr;  // [column tiles][k][kColumns]
+  Real* a_panels = nullptr;  // [row tiles][k][kRows]
+  Real* b_panels = nullptr;  // [column tiles][k][kColumns]
   std::int64_t row_tiles = 0;
   std::int64_t column_tiles = 0;
 };
 
+// The job with room for its panels (the calling thread's buffers), not yet packed.
 template <std::int64_t kRows, std::int64_t kColumns>
-TileJob pack(const GemmParams& p) {
+TileJob prepare(const GemmParams& p) {
   Panels& panels = thread_panels();
   TileJob job{&p, nullptr, nullptr, (p.m + kRows - 1) / kRows, (p.n + kColumns - 1) / kColumns};
-  panels.a.assign(static_cast<std::size_t>(job.row_tiles * p.k * kRows), 0.0f);
-  panels.b.assign(static_cast<std::size_t>(job.column_tiles * p.k * kColumns), 0.0f);
-  pack_operand<kRows>(p.a, p.m, p.k, p.a.transpose == Transpose::yes, panels.a.data());
-  pack_operand<kColumns>(p.b, p.n, p.k, p.b.transpose == Transpose::no, panels.b.data());
+  panels.a.resize(static_cast<std::size_t>(job.row_tiles * p.k * kRows));  // pack() writes every element
+  panels.b.resize(static_cast<std::size_t>(job.column_tiles * p.k * kColumns));
   job.a_panels = panels.a.data();
   job.b_panels = panels.b.data();
   return job;
+}
+
+// Packs panels [begin, end) of the job's row_tiles + column_tiles: op(A)'s first, then op(B)^T's.
+template <std::int64_t kRows, std::int64_t kColumns>
+void pack(const TileJob& job, std::int64_t begin, std::int64_t end) {
+  const GemmParams& p = *job.p;
+  if (begin < job.row_tiles) {
+    pack_operand<kRows>(p.a, p.m, p.k, p.a.transpose == Transpose::yes, job.a_panels, begin,
+                        std::min(end, job.row_tiles));
+  }
+  if (end > job.row_tiles) {
+    pack_operand<kColumns>(p.b, p.n, p.k, p.b.transpose == Transpose::no, job.b_panels,
+                           std::max<std::int64_t>(begin - job.row_tiles, 0), end - job.row_tiles);
+  }
 }
 
 // Tiles [begin, end) of C in row-major tile order, each whole: its sums, then its store.
@@ -239,7 +267,8 @@ template <class Lanes, std::int64_t kRows, std::int64_t kVectors>
 struct Kernel {
   std::int64_t rows = 0;
   std::int64_t columns = 0;
-  TileJob (*pack)(const GemmParams&) = nullptr;
+  TileJob (*prepare)(const GemmParams&) = nullptr;
+  void (*pack)(const TileJob&, std::int64_t, std::int64_t) = nullptr;
   void (*tiles)(const TileJob&, std::int64_t, std::int64_t) = nullptr;
 };
 
@@ -247,7 +276,7 @@ using Lanes4 = Real __attribute__((vector_size(16)));  // SSE2 / NEON: 4 fp32 (2
 void baseline_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
   run_tiles<Lanes4, 4, 2>(job, begin, end);  // 4 x 8 tile
 }
-constexpr Kernel kBaseline{4, 2 * kLanesOf<Lanes4>, pack<4, 2 * kLanesOf<Lanes4>>, baseline_tiles};
+constexpr Kernel kBaseline{4, 2 * kLanesOf<Lanes4>, prepare<4, 2 * kLanesOf<Lanes4>>, pack<4, 2 * kLanesOf<Lanes4>>, baseline_tiles};
 
 #if defined(__x86_64__)
 using Lanes8 = Real __attribute__((vector_size(32)));
@@ -261,8 +290,8 @@ using Lanes16 = Real __attribute__((vector_size(64)));
 [[gnu::target("avx512f")]] void avx512_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
   run_tiles<Lanes16, 8, 2>(job, begin, end);
 }
-constexpr Kernel kAvx2{6, 2 * kLanesOf<Lanes8>, pack<6, 2 * kLanesOf<Lanes8>>, avx2_tiles};
-constexpr Kernel kAvx512{8, 2 * kLanesOf<Lanes16>, pack<8, 2 * kLanesOf<Lanes16>>, avx512_tiles};
+constexpr Kernel kAvx2{6, 2 * kLanesOf<Lanes8>, prepare<6, 2 * kLanesOf<Lanes8>>, pack<6, 2 * kLanesOf<Lanes8>>, avx2_tiles};
+constexpr Kernel kAvx512{8, 2 * kLanesOf<Lanes16>, prepare<8, 2 * kLanesOf<Lanes16>>, pack<8, 2 * kLanesOf<Lanes16>>, avx512_tiles};
 bool cpu_has(HostSimd simd) {
   switch (simd) {
     case HostSimd::baseline: return true;
@@ -326,12 +355,15 @@ void gemm_host_with(const GemmParams& p, HostSimd simd, HostWorkers* workers) {
     throw std::invalid_argument(std::string("gemm_host_with: this processor has no ") + host_simd_name(simd));
   }
   const Kernel& kernel = kernel_for(simd);
-  const TileJob job = kernel.pack(p);
+  const TileJob job = kernel.prepare(p);
+  const std::int64_t panel_count = job.row_tiles + job.column_tiles;
   const std::int64_t tile_count = job.row_tiles * job.column_tiles;
   // Below about a million multiply-adds, waking the workers costs more than they save.
   if (workers == nullptr || workers->threads() == 1 || p.m * p.n * p.k < (std::int64_t{1} << 20)) {
+    kernel.pack(job, 0, panel_count);
     kernel.tiles(job, 0, tile_count);
   } else {
+    workers->for_each(panel_count, [&](std::int64_t begin, std::int64_t end) { kernel.pack(job, begin, end); });
     workers->for_each(tile_count, [&](std::int64_t begin, std::int64_t end) { kernel.tiles(job, begin, end); });
   }
 }

@@ -7,6 +7,31 @@
 
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
+namespace {
+
+// Polls `value` until it differs from `old` or HostWorkers::kSpin has passed, then sleeps on it
+// (futex) until it does; returns the new value.
+template <typename T>
+T wait_for_change(const std::atomic<T>& value, T old) {
+  using Clock = std::chrono::steady_clock;
+  const auto give_up = Clock::now() + HostWorkers::kSpin;
+  for (int polls = 1;; ++polls) {
+    const T now = value.load(std::memory_order_acquire);
+    if (now != old) return now;
+    if (polls % 64 == 0 && Clock::now() >= give_up) break;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  for (;;) {
+    value.wait(old, std::memory_order_acquire);
+    const T now = value.load(std::memory_order_acquire);
+    if (now != old) return now;
+  }
+}
+
+}  // namespace
+
 HostWorkers::HostWorkers(int threads) : threads_(threads) {
   if (threads < 1) throw std::invalid_argument("cpu threads " + std::to_string(threads) + ": must be at least 1");
   workers_.reserve(static_cast<std::size_t>(threads - 1));
@@ -14,11 +39,9 @@ HostWorkers::HostWorkers(int threads) : threads_(threads) {
 }
 
 HostWorkers::~HostWorkers() {
-  {
-    const std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  start_.notify_all();
+  stopping_ = true;
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
   for (std::thread& worker : workers_) worker.join();
 }
 
@@ -27,41 +50,26 @@ void HostWorkers::for_each(std::int64_t tasks, const std::function<void(std::int
     if (tasks > 0) body(0, tasks);
     return;
   }
-  {
-    const std::lock_guard lock(mutex_);
-    tasks_ = tasks;
-    body_ = &body;
-    pending_ = threads_ - 1;
-    ++generation_;
-  }
-  start_.notify_all();
+  tasks_ = tasks;
+  body_ = &body;
+  pending_.store(threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
   const std::int64_t end = tasks / threads_;
   if (end > 0) body(0, end);
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
+  for (int left = pending_.load(std::memory_order_acquire); left != 0;) left = wait_for_change(pending_, left);
   body_ = nullptr;
 }
 
 void HostWorkers::work(int worker) {
   std::uint64_t seen = 0;
   for (;;) {
-    std::int64_t begin = 0, end = 0;
-    const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
-    {
-      std::unique_lock lock(mutex_);
-      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      begin = tasks_ * worker / threads_;
-      end = tasks_ * (worker + 1) / threads_;
-      body = body_;
-    }
-    if (begin < end) (*body)(begin, end);
-    {
-      const std::lock_guard lock(mutex_);
-      --pending_;
-    }
-    done_.notify_one();
+    seen = wait_for_change(generation_, seen);
+    if (stopping_) return;
+    const std::int64_t begin = tasks_ * worker / threads_;
+    const std::int64_t end = tasks_ * (worker + 1) / threads_;
+    if (begin < end) (*body_)(begin, end);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 

@@ -6,12 +6,18 @@
 //
 // One HostWorkers per backend (each rank, on a process or a thread of its own, has its own).
 // Not reentrant: a task must not call for_each on the same workers.
+//
+// Hand-off: a training step calls for_each hundreds of times, often for tens of microseconds of
+// work each, with short single-threaded ops between; a sleeping thread takes tens of
+// microseconds to wake (futex, more under a hypervisor), as long as the work it would share. So
+// workers, and the caller waiting for them, spin on the atomics for up to kSpin before they sleep
+// (C++20 atomic wait: a futex). Spinning changes who waits how, never a result.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,6 +33,9 @@ class HostWorkers {
   HostWorkers(const HostWorkers&) = delete;
   HostWorkers& operator=(const HostWorkers&) = delete;
 
+  // How long a worker, or the caller, polls before it sleeps.
+  static constexpr std::chrono::microseconds kSpin{100};
+
   int threads() const { return threads_; }
   // body(begin, end) on contiguous ranges of [0, tasks): thread w takes
   // [tasks * w / threads, tasks * (w + 1) / threads). Returns when every range is done.
@@ -37,11 +46,10 @@ class HostWorkers {
   void work(int worker);
 
   int threads_;
-  std::mutex mutex_;
-  std::condition_variable start_;
-  std::condition_variable done_;
-  std::uint64_t generation_ = 0;   // one per for_each: a worker runs each generation once
-  int pending_ = 0;                // workers still running this generation
+  // One per for_each (and one more to stop): a worker runs each generation once. Its release
+  // store publishes tasks_, body_ and stopping_; a worker's acquire load reads them.
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};    // workers still running this generation
   bool stopping_ = false;
   std::int64_t tasks_ = 0;
   const std::function<void(std::int64_t, std::int64_t)>* body_ = nullptr;
