@@ -190,17 +190,23 @@ TileJob prepare(const GemmParams& p) {
   return job;
 }
 
-// Packs panels [begin, end) of the job's row_tiles + column_tiles: op(A)'s first, then op(B)^T's.
+// Packs the panels that start in units [begin, end) of the job's row_tiles * kRows +
+// column_tiles * kColumns: op(A)'s rows (kRows a panel), then op(B)^T's (kColumns a panel). Counting rows, not panels, splits the work evenly
+// among threads when a B panel is wider than an A panel; each panel is still packed whole by one.
 template <std::int64_t kRows, std::int64_t kColumns>
 void pack(const TileJob& job, std::int64_t begin, std::int64_t end) {
   const GemmParams& p = *job.p;
-  if (begin < job.row_tiles) {
-    pack_operand<kRows>(p.a, p.m, p.k, p.a.transpose == Transpose::yes, job.a_panels, begin,
-                        std::min(end, job.row_tiles));
+  const std::int64_t a_units = job.row_tiles * kRows;
+  const auto first_panel_at = [](std::int64_t unit, std::int64_t width) { return (unit + width - 1) / width; };
+  const std::int64_t a_first = first_panel_at(std::min(begin, a_units), kRows);
+  const std::int64_t a_last = first_panel_at(std::min(end, a_units), kRows);
+  if (a_first < a_last) {
+    pack_operand<kRows>(p.a, p.m, p.k, p.a.transpose == Transpose::yes, job.a_panels, a_first, a_last);
   }
-  if (end > job.row_tiles) {
-    pack_operand<kColumns>(p.b, p.n, p.k, p.b.transpose == Transpose::no, job.b_panels,
-                           std::max<std::int64_t>(begin - job.row_tiles, 0), end - job.row_tiles);
+  const std::int64_t b_first = first_panel_at(std::max(begin - a_units, std::int64_t{0}), kColumns);
+  const std::int64_t b_last = first_panel_at(std::max(end - a_units, std::int64_t{0}), kColumns);
+  if (b_first < b_last) {
+    pack_operand<kColumns>(p.b, p.n, p.k, p.b.transpose == Transpose::no, job.b_panels, b_first, b_last);
   }
 }
 
@@ -276,7 +282,8 @@ using Lanes4 = Real __attribute__((vector_size(16)));  // SSE2 / NEON: 4 fp32 (2
 void baseline_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
   run_tiles<Lanes4, 4, 2>(job, begin, end);  // 4 x 8 tile
 }
-constexpr Kernel kBaseline{4, 2 * kLanesOf<Lanes4>, prepare<4, 2 * kLanesOf<Lanes4>>, pack<4, 2 * kLanesOf<Lanes4>>, baseline_tiles};
+constexpr Kernel kBaseline{4, 2 * kLanesOf<Lanes4>, prepare<4, 2 * kLanesOf<Lanes4>>,
+                           pack<4, 2 * kLanesOf<Lanes4>>, baseline_tiles};
 
 #if defined(__x86_64__)
 using Lanes8 = Real __attribute__((vector_size(32)));
@@ -290,8 +297,10 @@ using Lanes16 = Real __attribute__((vector_size(64)));
 [[gnu::target("avx512f")]] void avx512_tiles(const TileJob& job, std::int64_t begin, std::int64_t end) {
   run_tiles<Lanes16, 8, 2>(job, begin, end);
 }
-constexpr Kernel kAvx2{6, 2 * kLanesOf<Lanes8>, prepare<6, 2 * kLanesOf<Lanes8>>, pack<6, 2 * kLanesOf<Lanes8>>, avx2_tiles};
-constexpr Kernel kAvx512{8, 2 * kLanesOf<Lanes16>, prepare<8, 2 * kLanesOf<Lanes16>>, pack<8, 2 * kLanesOf<Lanes16>>, avx512_tiles};
+constexpr Kernel kAvx2{6, 2 * kLanesOf<Lanes8>, prepare<6, 2 * kLanesOf<Lanes8>>,
+                       pack<6, 2 * kLanesOf<Lanes8>>, avx2_tiles};
+constexpr Kernel kAvx512{8, 2 * kLanesOf<Lanes16>, prepare<8, 2 * kLanesOf<Lanes16>>,
+                         pack<8, 2 * kLanesOf<Lanes16>>, avx512_tiles};
 bool cpu_has(HostSimd simd) {
   switch (simd) {
     case HostSimd::baseline: return true;
@@ -356,14 +365,14 @@ void gemm_host_with(const GemmParams& p, HostSimd simd, HostWorkers* workers) {
   }
   const Kernel& kernel = kernel_for(simd);
   const TileJob job = kernel.prepare(p);
-  const std::int64_t panel_count = job.row_tiles + job.column_tiles;
+  const std::int64_t pack_units = job.row_tiles * kernel.rows + job.column_tiles * kernel.columns;
   const std::int64_t tile_count = job.row_tiles * job.column_tiles;
   // Below about a million multiply-adds, waking the workers costs more than they save.
   if (workers == nullptr || workers->threads() == 1 || p.m * p.n * p.k < (std::int64_t{1} << 20)) {
-    kernel.pack(job, 0, panel_count);
+    kernel.pack(job, 0, pack_units);
     kernel.tiles(job, 0, tile_count);
   } else {
-    workers->for_each(panel_count, [&](std::int64_t begin, std::int64_t end) { kernel.pack(job, begin, end); });
+    workers->for_each(pack_units, [&](std::int64_t begin, std::int64_t end) { kernel.pack(job, begin, end); });
     workers->for_each(tile_count, [&](std::int64_t begin, std::int64_t end) { kernel.tiles(job, begin, end); });
   }
 }
