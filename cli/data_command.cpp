@@ -186,7 +186,8 @@ Command add_data_command(CLI::App& parent) {
   CLI::App* data = parent.add_subcommand("data", "Prepare datasets (SPEC 2, 12)");
   data->require_subcommand(1);
   CLI::App* build = data->add_subcommand(
-      "build", "Tokenize JSON Lines documents (a \"text\" field per line) with the byte tokenizer "
+      "build", "Tokenize JSON Lines documents (the --json-keys fields of each line, default \"text\") "
+               "with the byte tokenizer "
                "or Megatron's GPT2BPETokenizer / byte-level HuggingFaceTokenizer / "
                "SentencePieceTokenizer / Llama2Tokenizer, and write "
                "one Megatron dataset per --json-keys key, PREFIX_KEY_document.bin / .idx, as its "
