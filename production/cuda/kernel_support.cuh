@@ -14,6 +14,15 @@
 #include "production/cuda/check.hpp"
 #include "production/kernels/types.hpp"
 
+// TANDEM_LAUNCH(grid, block, shared_bytes, stream, kernel)(arguments...) launches `kernel` as
+// kernel<<<grid, block, shared_bytes, stream>>>(arguments...) does: written so for nvcc here, and
+// as a call into cuda-sim's engine by cuda_sim/include/cuda_runtime.h when the host compiler builds
+// this file for cuda-sim (docs/CUDA-SIM.md). The kernel comes last: its template arguments may hold
+// commas.
+#if !defined(TANDEM_CUDA_SIM)
+#define TANDEM_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
+#endif
+
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC::cuda_detail {
 
 // Storage types of compute-typed arrays: float (f32) or Bf16 (the upper half of a binary32).

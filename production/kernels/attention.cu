@@ -368,7 +368,7 @@ void attention_forward_cuda(const AttentionForwardParams& p, const CudaLaunch& l
   {
     using T = float;  // bf16 returned above
     allow_shared_memory(attention_forward_kernel<T>, shared_bytes);
-    attention_forward_kernel<T><<<grid, kThreads, shared_bytes, stream_of(launch)>>>(
+    TANDEM_LAUNCH(grid, kThreads, shared_bytes, stream_of(launch), attention_forward_kernel<T>)(
         static_cast<const T*>(p.query), static_cast<const T*>(p.key), static_cast<const T*>(p.value),
         p.attention_start, static_cast<T*>(p.context), p.logsumexp, g);
   }
@@ -397,18 +397,18 @@ void attention_backward_cuda(const AttentionBackwardParams& p, const CudaLaunch&
     const auto* key = static_cast<const T*>(p.key);
     const auto* value = static_cast<const T*>(p.value);
     const auto* context_grad = static_cast<const T*>(p.context_grad);
-    context_dot_kernel<T><<<blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch), context_dot_kernel<T>)(
         static_cast<const T*>(p.context), context_grad, context_dots, rows, g.heads, g.head_dim);
     TANDEM_CUDA_CHECK_LAUNCH(context_dot_kernel);
     allow_shared_memory(attention_key_value_grad_kernel<T>, key_value_bytes);
-    attention_key_value_grad_kernel<T><<<dim3(tiles, static_cast<unsigned int>(g.groups), samples), kThreads,
-                                         key_value_bytes, stream_of(launch)>>>(
+    TANDEM_LAUNCH(dim3(tiles, static_cast<unsigned int>(g.groups), samples), kThreads, key_value_bytes,
+                  stream_of(launch), attention_key_value_grad_kernel<T>)(
         query, key, value, context_grad, p.logsumexp, context_dots, p.attention_start,
         static_cast<T*>(p.key_grad), static_cast<T*>(p.value_grad), g);
     TANDEM_CUDA_CHECK_LAUNCH(attention_key_value_grad_kernel);
     allow_shared_memory(attention_query_grad_kernel<T>, query_bytes);
-    attention_query_grad_kernel<T><<<dim3(tiles, static_cast<unsigned int>(g.heads), samples), kThreads,
-                                     query_bytes, stream_of(launch)>>>(
+    TANDEM_LAUNCH(dim3(tiles, static_cast<unsigned int>(g.heads), samples), kThreads, query_bytes,
+                  stream_of(launch), attention_query_grad_kernel<T>)(
         query, key, value, context_grad, p.logsumexp, context_dots, p.attention_start,
         static_cast<T*>(p.query_grad), g);
     TANDEM_CUDA_CHECK_LAUNCH(attention_query_grad_kernel);

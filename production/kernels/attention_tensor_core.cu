@@ -613,7 +613,7 @@ void attention_forward_tensor_core(const AttentionForwardParams& p, const CudaLa
     constexpr int kHeadDim = decltype(padded)::value;
     constexpr int kSharedBytes = 3 * tile_bytes<kHeadDim>();
     allow_shared_memory(forward_kernel<kHeadDim>, kSharedBytes);
-    forward_kernel<kHeadDim><<<grid, kThreads, kSharedBytes, stream_of(launch)>>>(
+    TANDEM_LAUNCH(grid, kThreads, kSharedBytes, stream_of(launch), forward_kernel<kHeadDim>)(
         static_cast<const Bf16*>(p.query), static_cast<const Bf16*>(p.key), static_cast<const Bf16*>(p.value),
         p.attention_start, static_cast<Bf16*>(p.context), p.logsumexp, g);
   });
@@ -632,7 +632,7 @@ void attention_backward_tensor_core(const AttentionBackwardParams& p, const Cuda
   const auto* key = static_cast<const Bf16*>(p.key);
   const auto* value = static_cast<const Bf16*>(p.value);
   const auto* context_grad = static_cast<const Bf16*>(p.context_grad);
-  context_dot_kernel<Bf16><<<blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch)>>>(
+  TANDEM_LAUNCH(blocks_for(rows * g.heads, 256), 256, 0, stream_of(launch), context_dot_kernel<Bf16>)(
       static_cast<const Bf16*>(p.context), context_grad, context_dots, rows, g.heads, g.head_dim);
   TANDEM_CUDA_CHECK_LAUNCH(context_dot_kernel);
   const unsigned int tiles = blocks_for(p.shape.seq, kRows);
@@ -641,14 +641,14 @@ void attention_backward_tensor_core(const AttentionBackwardParams& p, const Cuda
     constexpr int kHeadDim = decltype(padded)::value;
     constexpr int kSharedBytes = 4 * tile_bytes<kHeadDim>();
     allow_shared_memory(key_value_grad_kernel<kHeadDim>, kSharedBytes);
-    key_value_grad_kernel<kHeadDim><<<dim3(tiles, static_cast<unsigned int>(g.groups), samples), kThreads,
-                                      kSharedBytes, stream_of(launch)>>>(
+    TANDEM_LAUNCH(dim3(tiles, static_cast<unsigned int>(g.groups), samples), kThreads,
+                                      kSharedBytes, stream_of(launch), key_value_grad_kernel<kHeadDim>)(
         query, key, value, context_grad, p.logsumexp, context_dots, p.attention_start,
         static_cast<Bf16*>(p.key_grad), static_cast<Bf16*>(p.value_grad), g);
     TANDEM_CUDA_CHECK_LAUNCH(key_value_grad_kernel);
     allow_shared_memory(query_grad_kernel<kHeadDim>, kSharedBytes);
-    query_grad_kernel<kHeadDim><<<dim3(tiles, static_cast<unsigned int>(g.heads), samples), kThreads, kSharedBytes,
-                                  stream_of(launch)>>>(query, key, value, context_grad, p.logsumexp, context_dots,
+    TANDEM_LAUNCH(dim3(tiles, static_cast<unsigned int>(g.heads), samples), kThreads, kSharedBytes,
+                                  stream_of(launch), query_grad_kernel<kHeadDim>)(query, key, value, context_grad, p.logsumexp, context_dots,
                                                        p.attention_start, static_cast<Bf16*>(p.query_grad), g);
     TANDEM_CUDA_CHECK_LAUNCH(query_grad_kernel);
   });

@@ -99,7 +99,7 @@ void vocab_parallel_cross_entropy_cuda(const VocabParallelCrossEntropyParams& p,
   if (p.vocab <= 0) throw std::invalid_argument("vocab_parallel_cross_entropy_cuda: vocab must be > 0");
   with_storage_type(p.grad_dtype, [&](auto tag) {
     using Grad = decltype(tag);
-    vocab_parallel_kernel<Grad><<<blocks_for(p.rows, 1), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.rows, 1), kThreads, 0, stream_of(launch), vocab_parallel_kernel<Grad>)(
         p, static_cast<Grad*>(p.logits_grad));
   });
   TANDEM_CUDA_CHECK_LAUNCH(vocab_parallel_kernel);
@@ -110,7 +110,7 @@ void cross_entropy_cuda(const CrossEntropyParams& p, const CudaLaunch& launch) {
   if (p.vocab <= 0) throw std::invalid_argument("cross_entropy_cuda: vocab must be > 0");
   with_storage_type(p.grad_dtype, [&](auto tag) {
     using Grad = decltype(tag);
-    cross_entropy_kernel<Grad><<<blocks_for(p.rows, 1), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.rows, 1), kThreads, 0, stream_of(launch), cross_entropy_kernel<Grad>)(
         p.logits, p.labels, p.loss_mask, p.row_losses, static_cast<Grad*>(p.logits_grad), p.vocab,
         p.loss_scale);
   });

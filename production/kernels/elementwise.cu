@@ -46,7 +46,7 @@ void convert_cuda(const ConvertParams& p, const CudaLaunch& launch) {
     using In = decltype(in_tag);
     with_storage_type(p.output_dtype, [&](auto out_tag) {
       using Out = decltype(out_tag);
-      convert_kernel<In, Out><<<blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch)>>>(
+      TANDEM_LAUNCH(blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch), convert_kernel<In, Out>)(
           static_cast<const In*>(p.input), static_cast<Out*>(p.output), p.count);
     });
   });
@@ -57,7 +57,7 @@ void add_cuda(const AddParams& p, const CudaLaunch& launch) {
   if (p.count <= 0) return;
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    add_kernel<T><<<blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch), add_kernel<T>)(
         static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.output), p.count);
   });
   TANDEM_CUDA_CHECK_LAUNCH(add_kernel);
@@ -67,7 +67,7 @@ void bias_add_cuda(const BiasAddParams& p, const CudaLaunch& launch) {
   if (p.rows <= 0 || p.width <= 0) return;
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    bias_add_kernel<T><<<blocks_for(p.rows * p.width, kThreads), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.rows * p.width, kThreads), kThreads, 0, stream_of(launch), bias_add_kernel<T>)(
         static_cast<T*>(p.values), static_cast<const T*>(p.bias), p.rows, p.width);
   });
   TANDEM_CUDA_CHECK_LAUNCH(bias_add_kernel);
@@ -77,7 +77,7 @@ void bias_grad_cuda(const BiasGradParams& p, const CudaLaunch& launch) {
   if (p.rows <= 0 || p.width <= 0) return;
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    bias_grad_kernel<T><<<blocks_for(p.width, kThreads), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.width, kThreads), kThreads, 0, stream_of(launch), bias_grad_kernel<T>)(
         static_cast<const T*>(p.output_grad), p.bias_grad, p.rows, p.width);
   });
   TANDEM_CUDA_CHECK_LAUNCH(bias_grad_kernel);

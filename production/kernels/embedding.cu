@@ -77,7 +77,7 @@ void embedding_forward_cuda(const EmbeddingForwardParams& p, const CudaLaunch& l
   if (p.rows <= 0 || p.width <= 0) return;
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    embedding_forward_kernel<T><<<blocks_for(p.rows * p.width, kThreads), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.rows * p.width, kThreads), kThreads, 0, stream_of(launch), embedding_forward_kernel<T>)(
         p.tokens, static_cast<const T*>(p.table), static_cast<T*>(p.output), p.rows, p.width, p.vocab_begin,
         p.vocab_rows);
   });
@@ -89,11 +89,11 @@ void embedding_backward_cuda(const EmbeddingBackwardParams& p, const CudaLaunch&
   if (p.rows > 0x7FFFFFFF) throw std::invalid_argument("embedding_backward_cuda: rows over 2^31-1");
   auto* sorted = static_cast<std::int32_t*>(
       workspace_of(launch, p.rows * static_cast<std::int64_t>(sizeof(std::int32_t)), "embedding_backward_cuda"));
-  embedding_rank_kernel<<<blocks_for(p.rows, kThreads), kThreads, 0, stream_of(launch)>>>(p.tokens, sorted, p.rows);
+  TANDEM_LAUNCH(blocks_for(p.rows, kThreads), kThreads, 0, stream_of(launch), embedding_rank_kernel)(p.tokens, sorted, p.rows);
   TANDEM_CUDA_CHECK_LAUNCH(embedding_rank_kernel);
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    embedding_backward_kernel<T><<<blocks_for(p.rows, 1), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.rows, 1), kThreads, 0, stream_of(launch), embedding_backward_kernel<T>)(
         p.tokens, sorted, static_cast<const T*>(p.output_grad), p.table_grad, p.rows, p.width, p.vocab_begin,
         p.vocab);
   });

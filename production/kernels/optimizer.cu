@@ -183,7 +183,7 @@ void launch_adamw(const AdamwParams& p, Compute* compute_weights, const SegmentB
   const bool vector_loads = aligned_16(p.params) && aligned_16(p.exp_avg) && aligned_16(p.exp_avg_sq) &&
                             aligned_16(p.grads);  // compute weights: element stores
   const std::int64_t vectors = (batch.begin + batch.count - (batch.begin / 4) * 4 + 3) / 4;
-  adamw_kernel<Compute><<<blocks_for(vectors, kThreads), kThreads, 0, stream_of(launch)>>>(
+  TANDEM_LAUNCH(blocks_for(vectors, kThreads), kThreads, 0, stream_of(launch), adamw_kernel<Compute>)(
       p.params, p.exp_avg, p.exp_avg_sq, p.grads, compute_weights, batch, p.hyper, vector_loads);
   TANDEM_CUDA_CHECK_LAUNCH(adamw_kernel);
 }
@@ -197,7 +197,7 @@ void squared_norm_cuda(const SquaredNormParams& p, const CudaLaunch& launch) {
   }
   if (p.count <= 0) return;
   const bool vector_loads = aligned_16(p.values) && p.block_elements % 4 == 0;  // every block's start aligned
-  squared_norm_kernel<<<blocks_for(p.count, p.block_elements), kNormThreads, 0, stream_of(launch)>>>(
+  TANDEM_LAUNCH(blocks_for(p.count, p.block_elements), kNormThreads, 0, stream_of(launch), squared_norm_kernel)(
       p.values, p.block_sums, p.count, p.block_elements, vector_loads);
   TANDEM_CUDA_CHECK_LAUNCH(squared_norm_kernel);
 }
@@ -238,7 +238,7 @@ void adamw_cuda(const AdamwParams& p, const CudaLaunch& launch) {
 
 void scale_cuda(const ScaleParams& p, const CudaLaunch& launch) {
   if (p.count <= 0) return;
-  scale_kernel<<<blocks_for((p.count + 3) / 4, kThreads), kThreads, 0, stream_of(launch)>>>(
+  TANDEM_LAUNCH(blocks_for((p.count + 3) / 4, kThreads), kThreads, 0, stream_of(launch), scale_kernel)(
       p.values, p.count, p.factor, aligned_16(p.values));
   TANDEM_CUDA_CHECK_LAUNCH(scale_kernel);
 }

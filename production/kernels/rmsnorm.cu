@@ -87,7 +87,7 @@ void rmsnorm_forward_cuda(const RmsnormForwardParams& p, const CudaLaunch& launc
   if (p.rows <= 0 || p.width <= 0) return;
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    rmsnorm_forward_kernel<T><<<blocks_for(p.rows, 1), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.rows, 1), kThreads, 0, stream_of(launch), rmsnorm_forward_kernel<T>)(
         static_cast<const T*>(p.input), static_cast<const T*>(p.weight), static_cast<T*>(p.output),
         p.inverse_rms, p.width, p.epsilon);
   });
@@ -102,17 +102,17 @@ void rmsnorm_backward_cuda(const RmsnormBackwardParams& p, const CudaLaunch& lau
       launch, blocks * p.width * static_cast<std::int64_t>(sizeof(float)), "rmsnorm_backward_cuda"));
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    rmsnorm_input_grad_kernel<T><<<blocks_for(p.rows, 1), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.rows, 1), kThreads, 0, stream_of(launch), rmsnorm_input_grad_kernel<T>)(
         static_cast<const T*>(p.input), static_cast<const T*>(p.weight), p.inverse_rms,
         static_cast<const T*>(p.output_grad), static_cast<T*>(p.input_grad), p.width, p.accumulate_input_grad);
     TANDEM_CUDA_CHECK_LAUNCH(rmsnorm_input_grad_kernel);
     const dim3 grid(blocks_for(p.width, kThreads), static_cast<unsigned int>(blocks));
-    rmsnorm_weight_partial_kernel<T><<<grid, kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(grid, kThreads, 0, stream_of(launch), rmsnorm_weight_partial_kernel<T>)(
         static_cast<const T*>(p.input), p.inverse_rms, static_cast<const T*>(p.output_grad), partials, p.rows,
         p.width);
     TANDEM_CUDA_CHECK_LAUNCH(rmsnorm_weight_partial_kernel);
   });
-  rmsnorm_weight_total_kernel<<<blocks_for(p.width, kThreads), kThreads, 0, stream_of(launch)>>>(
+  TANDEM_LAUNCH(blocks_for(p.width, kThreads), kThreads, 0, stream_of(launch), rmsnorm_weight_total_kernel)(
       partials, p.weight_grad, blocks, p.width);
   TANDEM_CUDA_CHECK_LAUNCH(rmsnorm_weight_total_kernel);
 }

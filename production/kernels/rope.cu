@@ -50,7 +50,7 @@ template <class T>
 void rotate(const RopeParams& p, const CudaLaunch& launch, float direction) {
   const std::int64_t pairs = p.rows * p.heads * (p.head_dim / 2);
   if (pairs <= 0) return;
-  rope_rotate_kernel<T><<<blocks_for(pairs, kThreads), kThreads, 0, stream_of(launch)>>>(
+  TANDEM_LAUNCH(blocks_for(pairs, kThreads), kThreads, 0, stream_of(launch), rope_rotate_kernel<T>)(
       static_cast<T*>(p.activations), p.cosines, p.sines, p.rows, p.heads, p.head_dim, direction);
   TANDEM_CUDA_CHECK_LAUNCH(rope_rotate_kernel);
 }
@@ -60,7 +60,7 @@ void rotate(const RopeParams& p, const CudaLaunch& launch, float direction) {
 void rope_table_cuda(const RopeTableParams& p, const CudaLaunch& launch) {
   const std::int64_t entries = p.rows * (p.head_dim / 2);
   if (entries <= 0) return;
-  rope_table_kernel<<<blocks_for(entries, kThreads), kThreads, 0, stream_of(launch)>>>(
+  TANDEM_LAUNCH(blocks_for(entries, kThreads), kThreads, 0, stream_of(launch), rope_table_kernel)(
       p.positions, p.cosines, p.sines, p.rows, p.head_dim, p.base);
   TANDEM_CUDA_CHECK_LAUNCH(rope_table_kernel);
 }

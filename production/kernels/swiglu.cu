@@ -42,7 +42,7 @@ void swiglu_forward_cuda(const SwigluForwardParams& p, const CudaLaunch& launch)
   if (p.count <= 0) return;
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    swiglu_forward_kernel<T><<<blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch), swiglu_forward_kernel<T>)(
         static_cast<const T*>(p.gate), static_cast<const T*>(p.up), static_cast<T*>(p.hidden), p.count);
   });
   TANDEM_CUDA_CHECK_LAUNCH(swiglu_forward_kernel);
@@ -52,7 +52,7 @@ void swiglu_backward_cuda(const SwigluBackwardParams& p, const CudaLaunch& launc
   if (p.count <= 0) return;
   with_storage_type(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    swiglu_backward_kernel<T><<<blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch)>>>(
+    TANDEM_LAUNCH(blocks_for(p.count, kThreads), kThreads, 0, stream_of(launch), swiglu_backward_kernel<T>)(
         static_cast<const T*>(p.gate), static_cast<const T*>(p.up), static_cast<const T*>(p.hidden_grad),
         static_cast<T*>(p.gate_grad), static_cast<T*>(p.up_grad), p.count);
   });
