@@ -17,6 +17,10 @@
 
 #if defined(TANDEM_PRODUCTION_SEMANTIC)
 #define TANDEM_PRODUCTION_ARITHMETIC arithmetic_fp64
+#elif defined(TANDEM_PRODUCTION_CUDA_SIM)
+// The kernels built for cuda-sim (cuda_sim/CMakeLists.txt): fp32 as users run, the .cu files
+// compiled by the host compiler; their own namespace, so they link beside tandem_production.
+#define TANDEM_PRODUCTION_ARITHMETIC arithmetic_fp32_cuda_sim
 #else
 #define TANDEM_PRODUCTION_ARITHMETIC arithmetic_fp32
 #endif
