@@ -5,7 +5,9 @@ TANDEM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TANDEM_PACKAGES=(cmake make g++ ccache pkg-config python3
   libpcre2-dev  # byte-level BPE's pre-tokenizer regexes (core/data/byte_level_bpe.*)
   libsentencepiece-dev  # SentencePieceTokenizer / Llama2Tokenizer .model files (core/data/sentencepiece_model.*)
-  nlohmann-json3-dev libboost-dev librapidcheck-dev libgtest-dev libgmock-dev libcli11-dev
+  nlohmann-json3-dev libboost-dev librapidcheck-dev
+  libboost-context-dev  # cuda-sim's fibers (cuda_sim/engine.cpp)
+  libgtest-dev libgmock-dev libcli11-dev
   libopenmpi-dev openmpi-bin gnuplot-nox
   python3-venv python3-numpy python3-torch  # tests/megatron: megatron-core 0.16.1 from PyPI needs them
   slurm-wlm munge  # tests/slurm: a private one-node Slurm cluster (srun --mpi=pmix, sbatch --requeue)

@@ -1,0 +1,468 @@
+// cuda-sim's execution engine (engine.hpp): a block's threads as Boost.Context fibers on the
+// calling OS thread, resumed in the configured order until each waits at a barrier, waits at a
+// warp collective or exits; then the collectives whose participants have all arrived complete and
+// the engine goes round again. A block ends when every thread has exited.
+//
+// Rules checked as sm_90 would need them (docs/CUDA-SIM.md "Execution model"):
+//   - __syncthreads: every thread that has not exited waits at the same call (file and line);
+//     threads waiting at different ones are a fault naming both.
+//   - a warp collective completes when every lane of its mask waits at the same call with the same
+//     mask; a lane of the mask that exited, waits at a barrier or at another collective is a fault.
+//   - a shuffle's source lane must be in the mask.
+//   - blockDim within 1024 threads (x, y <= 1024, z <= 64), grid x < 2^31, y, z < 2^16.
+#include "cuda_sim/engine.hpp"
+
+#include <boost/context/fiber.hpp>
+#include <boost/context/pooled_fixedsize_stack.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "cuda_sim/include/cuda_runtime.h"
+
+#if defined(TANDEM_CUDA_SIM_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+// The built-in variables of the thread the engine is running (each block runs on an OS thread of
+// its own, so thread_local is the block's).
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace tandem::cuda_sim {
+namespace {
+
+namespace ctx = boost::context;
+
+// A fiber's stack: 256 KiB, far above what the kernels' frames take (the sanitizer builds' frames
+// are several times larger than -O2's).
+constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr int kWarpSize = 32;
+
+enum class State { runnable, at_barrier, at_collective, exited };
+
+struct Waiting {
+  const char* file = "";
+  int line = 0;
+};
+
+struct Collective {
+  ShuffleKind kind = ShuffleKind::xor_lane;
+  unsigned int mask = 0;
+  std::uint64_t bits = 0;
+  int lane_argument = 0;
+  int width = kWarpSize;
+  std::uint64_t result = 0;
+};
+
+// A stack, as AddressSanitizer is told of it at every switch (the sanitizer build: ASan cannot
+// see a fiber switch by itself, and Debian's Boost.Context does not tell it).
+struct StackRange {
+  const void* bottom = nullptr;
+  std::size_t size = 0;
+};
+
+void switch_begin([[maybe_unused]] void** fake_stack, [[maybe_unused]] StackRange to) {
+#if defined(TANDEM_CUDA_SIM_ASAN)
+  __sanitizer_start_switch_fiber(fake_stack, to.bottom, to.size);
+#endif
+}
+
+void switch_end([[maybe_unused]] void* fake_stack, [[maybe_unused]] StackRange* from) {
+#if defined(TANDEM_CUDA_SIM_ASAN)
+  __sanitizer_finish_switch_fiber(fake_stack, from == nullptr ? nullptr : &from->bottom,
+                                  from == nullptr ? nullptr : &from->size);
+#endif
+}
+
+// Thrown at a waiting thread's suspension point when its block is abandoned after a fault: its
+// stack unwinds as an exception's would, through the same annotated switches.
+struct Abandon {};
+
+struct SimThread {
+  ctx::fiber fiber;   // the thread, while suspended
+  ctx::fiber engine;  // the engine's continuation, while the thread runs
+  StackRange stack;         // the fiber's
+  StackRange engine_stack;  // the engine's OS thread's
+  bool abandon = false;
+  uint3 index{};
+  int linear = 0;
+  State state = State::runnable;
+  Waiting waiting;
+  Collective collective;
+  std::exception_ptr error;
+};
+
+// What the thread running now belongs to.
+struct Current {
+  SimThread* thread = nullptr;
+  const LaunchSite* site = nullptr;
+  uint3 block{};
+};
+thread_local Current current;
+
+std::atomic<std::uint64_t> launches{0};
+
+struct OrderState {
+  bool chosen = false;
+  OrderSetting setting;
+};
+OrderState& order_state() {
+  static OrderState state;
+  return state;
+}
+
+std::string block_text(uint3 block) {
+  std::ostringstream text;
+  text << "(" << block.x << "," << block.y << "," << block.z << ")";
+  return text.str();
+}
+
+std::string thread_text(const SimThread& thread) {
+  std::ostringstream text;
+  text << "(" << thread.index.x << "," << thread.index.y << "," << thread.index.z << ")";
+  return text.str();
+}
+
+std::string where(const Waiting& waiting) { return std::string(waiting.file) + ":" + std::to_string(waiting.line); }
+
+[[noreturn]] void fault(const LaunchSite& site, uint3 block, const std::string& what) {
+  std::ostringstream text;
+  text << "cuda-sim: kernel " << site.kernel << " (launched at " << site.file << ":" << site.line << "), block "
+       << block_text(block) << ": " << what;
+  throw KernelFault(text.str());
+}
+
+void check_configuration(const LaunchSite& site) {
+  const Dim3 b = site.block, g = site.grid;
+  const std::uint64_t threads = std::uint64_t{b.x} * b.y * b.z;
+  std::string problem;
+  if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0) {
+    problem = "a grid or block dimension is 0";
+  } else if (threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64) {
+    problem = "a block of " + std::to_string(b.x) + "x" + std::to_string(b.y) + "x" + std::to_string(b.z) +
+              " threads: sm_90 allows 1024 in all (x, y <= 1024, z <= 64)";
+  } else if (g.x > 0x7FFFFFFFu || g.y > 65535u || g.z > 65535u) {
+    problem = "a grid of " + std::to_string(g.x) + "x" + std::to_string(g.y) + "x" + std::to_string(g.z) +
+              " blocks: sm_90 allows x < 2^31, y and z < 2^16";
+  }
+  if (!problem.empty()) {
+    throw InvalidConfiguration("cuda-sim: launch of " + std::string(site.kernel) + " at " + site.file + ":" +
+                               std::to_string(site.line) + ": invalid configuration: " + problem);
+  }
+}
+
+// The order in which the engine resumes a block's threads.
+std::vector<int> resume_order(int threads, OrderSetting setting, std::uint64_t launch_number, std::uint64_t block_number) {
+  std::vector<int> order(static_cast<std::size_t>(threads));
+  std::iota(order.begin(), order.end(), 0);
+  if (setting.order == ThreadOrder::reverse) {
+    std::reverse(order.begin(), order.end());
+  } else if (setting.order == ThreadOrder::random) {
+    std::seed_seq seeds{setting.seed, launch_number, block_number};
+    std::mt19937_64 generator(seeds);
+    std::shuffle(order.begin(), order.end(), generator);
+  }
+  return order;
+}
+
+// Suspends the running thread until the engine resumes it.
+void suspend(SimThread& thread) {
+  void* fake_stack = nullptr;
+  switch_begin(&fake_stack, thread.engine_stack);
+  thread.engine = std::move(thread.engine).resume();
+  switch_end(fake_stack, &thread.engine_stack);
+  if (thread.abandon) throw Abandon{};
+}
+
+// Resumes a thread until it next waits or exits.
+void resume(SimThread& thread) {
+  void* fake_stack = nullptr;
+  switch_begin(&fake_stack, thread.stack);
+  thread.fiber = std::move(thread.fiber).resume();
+  switch_end(fake_stack, nullptr);
+}
+
+// pooled_fixedsize_stack, recording each stack it hands out (ASan's switch annotations).
+struct RecordingStacks {
+  ctx::pooled_fixedsize_stack* pool;
+  StackRange* record;
+  ctx::stack_context allocate() {
+    ctx::stack_context stack = pool->allocate();
+    *record = StackRange{static_cast<char*>(stack.sp) - stack.size, stack.size};
+    return stack;
+  }
+  void deallocate(ctx::stack_context& stack) noexcept { pool->deallocate(stack); }
+};
+
+unsigned int lane_of(const SimThread& thread) { return static_cast<unsigned int>(thread.linear % kWarpSize); }
+
+// Completes every warp collective whose lanes have all arrived; a fault where one cannot complete.
+// Returns whether any thread became runnable.
+bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& site, uint3 block) {
+  bool progressed = false;
+  const int count = static_cast<int>(threads.size());
+  for (int warp_first = 0; warp_first < count; warp_first += kWarpSize) {
+    const int warp_end = std::min(count, warp_first + kWarpSize);
+    for (int t = warp_first; t < warp_end; ++t) {
+      SimThread& thread = threads[static_cast<std::size_t>(t)];
+      if (thread.state != State::at_collective) continue;
+      const unsigned int mask = thread.collective.mask;
+      if ((mask >> lane_of(thread) & 1u) == 0) {
+        fault(site, block, "thread " + thread_text(thread) + " calls a warp shuffle at " + where(thread.waiting) +
+                               " with a mask that leaves out its own lane " + std::to_string(lane_of(thread)));
+      }
+      for (int lane = 0; lane < kWarpSize; ++lane) {
+        if ((mask >> lane & 1u) == 0) continue;
+        const int other_index = warp_first + lane;
+        if (other_index >= warp_end) {
+          fault(site, block, "thread " + thread_text(thread) + "'s warp shuffle at " + where(thread.waiting) +
+                                 " names lane " + std::to_string(lane) + ", which the block does not have");
+        }
+        const SimThread& other = threads[static_cast<std::size_t>(other_index)];
+        std::string problem;
+        if (other.state == State::exited) {
+          problem = "has exited";
+        } else if (other.state == State::at_barrier) {
+          problem = "waits at __syncthreads at " + where(other.waiting);
+        } else if (other.waiting.line != thread.waiting.line || std::strcmp(other.waiting.file, thread.waiting.file) != 0 ||
+                   other.collective.mask != mask || other.collective.kind != thread.collective.kind) {
+          problem = "waits at another warp collective, at " + where(other.waiting);
+        }
+        if (!problem.empty()) {
+          fault(site, block, "thread " + thread_text(thread) + "'s warp shuffle at " + where(thread.waiting) +
+                                 " (mask 0x" + [&] { std::ostringstream h; h << std::hex << mask; return h.str(); }() +
+                                 ") needs lane " + std::to_string(lane) + " (thread " + thread_text(other) + "), which " +
+                                 problem);
+        }
+      }
+    }
+    // Every waiting lane's partners have arrived: read the sources, then release.
+    for (int t = warp_first; t < warp_end; ++t) {
+      SimThread& thread = threads[static_cast<std::size_t>(t)];
+      if (thread.state != State::at_collective) continue;
+      const Collective& c = thread.collective;
+      const int lane = static_cast<int>(lane_of(thread));
+      const int width = c.width;
+      const int segment = (lane / width) * width;
+      int source = lane;
+      switch (c.kind) {
+        case ShuffleKind::xor_lane: source = lane ^ c.lane_argument; break;
+        case ShuffleKind::down: source = (lane % width) + c.lane_argument < width ? lane + c.lane_argument : lane; break;
+        case ShuffleKind::up: source = (lane % width) - c.lane_argument >= 0 ? lane - c.lane_argument : lane; break;
+        case ShuffleKind::index: source = segment + ((c.lane_argument % width) + width) % width; break;
+      }
+      if (source < 0 || source >= kWarpSize || (c.mask >> source & 1u) == 0) {
+        fault(site, block, "thread " + thread_text(thread) + "'s warp shuffle at " + where(thread.waiting) +
+                               " reads lane " + std::to_string(source) + ", outside its mask");
+      }
+      thread.collective.result = threads[static_cast<std::size_t>(warp_first + source)].collective.bits;
+    }
+    for (int t = warp_first; t < warp_end; ++t) {
+      SimThread& thread = threads[static_cast<std::size_t>(t)];
+      if (thread.state == State::at_collective) {
+        thread.state = State::runnable;
+        progressed = true;
+      }
+    }
+  }
+  return progressed;
+}
+
+// Releases a barrier every live thread waits at; a fault when they wait at different ones.
+bool release_barrier(std::vector<SimThread>& threads, const LaunchSite& site, uint3 block) {
+  const SimThread* first = nullptr;
+  for (const SimThread& thread : threads) {
+    if (thread.state != State::at_barrier) continue;
+    if (first == nullptr) {
+      first = &thread;
+    } else if (thread.waiting.line != first->waiting.line || std::strcmp(thread.waiting.file, first->waiting.file) != 0) {
+      fault(site, block, "threads wait at different barriers: thread " + thread_text(*first) + " at __syncthreads at " +
+                             where(first->waiting) + ", thread " + thread_text(thread) + " at " + where(thread.waiting));
+    }
+  }
+  if (first == nullptr) return false;
+  for (SimThread& thread : threads) {
+    if (thread.state == State::at_barrier) thread.state = State::runnable;
+  }
+  return true;
+}
+
+void run_block(const LaunchSite& site, const std::function<void()>& thread_body, uint3 block, std::uint64_t launch_number,
+               std::uint64_t block_number, OrderSetting setting, ctx::pooled_fixedsize_stack& stacks) {
+  const Dim3 b = site.block;
+  const int count = static_cast<int>(b.x * b.y * b.z);
+  std::vector<SimThread> threads(static_cast<std::size_t>(count));
+  for (int t = 0; t < count; ++t) {
+    SimThread& thread = threads[static_cast<std::size_t>(t)];
+    thread.linear = t;
+    thread.index = uint3{static_cast<unsigned int>(t) % b.x, (static_cast<unsigned int>(t) / b.x) % b.y,
+                         static_cast<unsigned int>(t) / (b.x * b.y)};
+    thread.fiber = ctx::fiber(std::allocator_arg, RecordingStacks{&stacks, &thread.stack},
+                              [&thread, &thread_body](ctx::fiber&& engine) {
+                                switch_end(nullptr, &thread.engine_stack);
+                                thread.engine = std::move(engine);
+                                try {
+                                  if (!thread.abandon) thread_body();  // a block abandoned before it started
+                                } catch (const Abandon&) {
+                                  // the block faulted elsewhere: this thread's stack has unwound
+                                } catch (const ctx::detail::forced_unwind&) {
+                                  throw;  // Boost.Context unwinding a fiber it destroys
+                                } catch (...) {
+                                  thread.error = std::current_exception();
+                                }
+                                thread.state = State::exited;
+                                switch_begin(nullptr, thread.engine_stack);
+                                return std::move(thread.engine);
+                              });
+  }
+  const std::vector<int> order = resume_order(count, setting, launch_number, block_number);
+  current.site = &site;
+  current.block = block;
+  blockIdx = block;
+  try {
+    while (true) {
+      for (const int t : order) {
+        SimThread& thread = threads[static_cast<std::size_t>(t)];
+        if (thread.state != State::runnable) continue;
+        current.thread = &thread;
+        threadIdx = thread.index;
+        resume(thread);
+        current.thread = nullptr;
+        if (thread.error) std::rethrow_exception(thread.error);
+      }
+      if (complete_collectives(threads, site, block)) continue;
+      if (!release_barrier(threads, site, block)) break;
+    }
+  } catch (...) {
+    // Unwind every thread still waiting, so none is destroyed suspended.
+    for (SimThread& thread : threads) {
+      if (thread.state == State::exited) continue;
+      thread.abandon = true;
+      current.thread = &thread;
+      resume(thread);
+      current.thread = nullptr;
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+OrderSetting order_from_environment() {
+  const char* text = std::getenv("TANDEM_CUDA_SIM_ORDER");
+  if (text == nullptr || *text == '\0') return {};
+  const std::string value(text);
+  if (value == "forward") return {ThreadOrder::forward, 0};
+  if (value == "reverse") return {ThreadOrder::reverse, 0};
+  if (value == "random") return {ThreadOrder::random, 1};
+  if (value.rfind("random:", 0) == 0) {
+    const std::string digits = value.substr(7);
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && digits.size() <= 19) {
+      return {ThreadOrder::random, std::stoull(digits)};
+    }
+  }
+  throw std::invalid_argument("TANDEM_CUDA_SIM_ORDER=\"" + value +
+                              "\": the order of a block's threads must be forward, reverse, random or random:SEED "
+                              "(SEED a decimal integer); fix: one of those, or unset for forward");
+}
+
+void set_thread_order(OrderSetting setting) {
+  order_state().setting = setting;
+  order_state().chosen = true;
+}
+
+OrderSetting thread_order() {
+  OrderState& state = order_state();
+  if (!state.chosen) {
+    state.setting = order_from_environment();
+    state.chosen = true;
+  }
+  return state.setting;
+}
+
+std::string describe(OrderSetting setting) {
+  switch (setting.order) {
+    case ThreadOrder::forward: return "forward";
+    case ThreadOrder::reverse: return "reverse";
+    case ThreadOrder::random: return "random:" + std::to_string(setting.seed);
+  }
+  return "?";
+}
+
+std::uint64_t launch_count() { return launches.load(); }
+
+bool in_kernel() { return current.thread != nullptr; }
+
+void launch(const LaunchSite& site, const std::function<void()>& thread_body) {
+  check_configuration(site);
+  if (in_kernel()) {
+    throw KernelFault(std::string("cuda-sim: launch of ") + site.kernel + " at " + site.file + ":" +
+                      std::to_string(site.line) + " from inside a kernel (dynamic parallelism is not simulated)");
+  }
+  const OrderSetting setting = thread_order();
+  const std::uint64_t launch_number = launches.fetch_add(1);
+  ctx::pooled_fixedsize_stack stacks(kStackBytes);
+  const Dim3 g = site.grid;
+  std::uint64_t block_number = 0;
+  for (unsigned int z = 0; z < g.z; ++z) {
+    for (unsigned int y = 0; y < g.y; ++y) {
+      for (unsigned int x = 0; x < g.x; ++x) {
+        // Each block on an OS thread of its own: its __shared__ variables (thread_local) start
+        // zeroed, never holding what an earlier block or launch left there.
+        std::exception_ptr error;
+        std::thread block_thread([&, block = uint3{x, y, z}, number = block_number] {
+          try {
+            blockDim = dim3(site.block.x, site.block.y, site.block.z);
+            gridDim = dim3(g.x, g.y, g.z);
+            run_block(site, thread_body, block, launch_number, number, setting, stacks);
+          } catch (...) {
+            error = std::current_exception();
+          }
+          current = Current{};
+        });
+        block_thread.join();
+        if (error) std::rethrow_exception(error);
+        ++block_number;
+      }
+    }
+  }
+}
+
+void sync_threads(const char* file, int line) {
+  SimThread* thread = current.thread;
+  if (thread == nullptr) throw std::logic_error("cuda-sim: __syncthreads outside a kernel");
+  thread->state = State::at_barrier;
+  thread->waiting = Waiting{file, line};
+  suspend(*thread);
+}
+
+std::uint64_t shuffle(ShuffleKind kind, unsigned int mask, std::uint64_t bits, int lane_argument, int width,
+                      const char* file, int line) {
+  SimThread* thread = current.thread;
+  if (thread == nullptr) throw std::logic_error("cuda-sim: a warp shuffle outside a kernel");
+  if (width <= 0 || width > kWarpSize || (width & (width - 1)) != 0) {
+    fault(*current.site, current.block,
+          "thread " + thread_text(*thread) + "'s warp shuffle at " + file + ":" + std::to_string(line) + " has width " +
+              std::to_string(width) + ": a power of two from 1 to 32");
+  }
+  thread->state = State::at_collective;
+  thread->waiting = Waiting{file, line};
+  thread->collective = Collective{kind, mask, bits, lane_argument, width, 0};
+  suspend(*thread);
+  return thread->collective.result;
+}
+
+}  // namespace tandem::cuda_sim

@@ -1,0 +1,158 @@
+// cuda-sim's stand-in for <cuda_runtime.h>: what the project's .cu files use of the CUDA language
+// and runtime, for the host compiler (docs/CUDA-SIM.md). Only targets built for cuda-sim put this
+// directory on their include path, ahead of the CUDA Toolkit's; nothing else may include it.
+//
+// Declared here and nothing more (a kernel that needs something else fails to compile, never runs
+// on a guess):
+//   - qualifiers: __global__, __device__, __host__, __forceinline__, __launch_bounds__, __shared__
+//     (a block's own: static thread_local, each block running on an OS thread of its own, so it
+//     starts zeroed; CUDA leaves it undefined), __align__;
+//   - built-ins threadIdx, blockIdx, blockDim, gridDim, warpSize; uint3, dim3, float4;
+//   - __syncthreads, __shfl_xor_sync, __shfl_down_sync (engine.hpp's rules), the exact IEEE fp32
+//     __f*_rn intrinsics, __float_as_uint / __uint_as_float; fmaxf, expf, logf from the C library;
+//   - launches through TANDEM_LAUNCH (production/cuda/kernel_support.cuh writes it as <<<>>> for
+//     nvcc), the error calls cudaGetLastError, cudaPeekAtLastError, cudaGetErrorName/String,
+//     cudaDeviceSynchronize and cudaDeviceReset.
+#pragma once
+
+#include <math.h>
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <type_traits>
+#include <utility>
+
+#include "cuda_sim/engine.hpp"
+
+#define TANDEM_CUDA_SIM 1
+
+// Qualifiers. A __global__ function is an ordinary function the launcher calls once per thread.
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define __align__(bytes) __attribute__((aligned(bytes)))
+
+struct uint3 {
+  unsigned int x = 0, y = 0, z = 0;
+};
+
+struct dim3 {
+  unsigned int x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+struct alignas(16) float4 {
+  float x = 0, y = 0, z = 0, w = 0;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+// Exact IEEE binary32 operations, rounded to nearest even: the host's own (cuda-sim's targets
+// compile with -ffp-contract=off, so nothing fuses them).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline unsigned int __float_as_uint(float value) { return std::bit_cast<unsigned int>(value); }
+inline float __uint_as_float(unsigned int bits) { return std::bit_cast<float>(bits); }
+
+#define __syncthreads() ::tandem::cuda_sim::sync_threads(__FILE__, __LINE__)
+
+namespace tandem::cuda_sim {
+
+template <class T>
+T shuffle_value(ShuffleKind kind, const char* file, int line, unsigned int mask, T value, int lane_argument,
+                int width = warpSize) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "cuda-sim shuffles values of up to 8 bytes");
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  bits = shuffle(kind, mask, bits, lane_argument, width, file, line);
+  T result;
+  std::memcpy(&result, &bits, sizeof(T));
+  return result;
+}
+
+}  // namespace tandem::cuda_sim
+
+#define __shfl_xor_sync(...) \
+  ::tandem::cuda_sim::shuffle_value(::tandem::cuda_sim::ShuffleKind::xor_lane, __FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_down_sync(...) \
+  ::tandem::cuda_sim::shuffle_value(::tandem::cuda_sim::ShuffleKind::down, __FILE__, __LINE__, __VA_ARGS__)
+
+// The runtime's errors.
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorName(cudaError_t error);
+const char* cudaGetErrorString(cudaError_t error);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaDeviceReset();
+
+namespace tandem::cuda_sim {
+
+// Runs a launch and records what went wrong as the runtime would: an invalid configuration as
+// cudaErrorInvalidConfiguration (cleared by cudaGetLastError), a fault inside the kernel as
+// cudaErrorLaunchFailure, sticky until cudaDeviceReset. cudaGetErrorString gives the fault's text.
+void run_launch(const LaunchSite& site, const std::function<void()>& thread_body);
+
+inline Dim3 to_dim3(dim3 value) { return Dim3{value.x, value.y, value.z}; }
+template <class Integer>
+  requires std::is_integral_v<Integer>
+Dim3 to_dim3(Integer value) {
+  return Dim3{static_cast<unsigned int>(value), 1, 1};
+}
+
+// kernel<<<grid, block, shared, stream>>>(arguments...): the arguments are converted to the
+// kernel's parameter types and copied, as CUDA passes them, then every thread runs the kernel.
+template <class... Params>
+class KernelLaunch {
+ public:
+  KernelLaunch(void (*kernel)(Params...), LaunchSite site) : kernel_(kernel), site_(site) {}
+  template <class... Args>
+  void operator()(Args&&... arguments) const {
+    static_assert(sizeof...(Args) == sizeof...(Params), "a kernel launch passes every parameter");
+    auto* kernel = kernel_;
+    run_launch(site_, [kernel, ... copies = std::decay_t<Params>(std::forward<Args>(arguments))] { kernel(copies...); });
+  }
+
+ private:
+  void (*kernel_)(Params...);
+  LaunchSite site_;
+};
+
+template <class Grid, class Block, class... Params>
+KernelLaunch<Params...> kernel_launch(void (*kernel)(Params...), const char* name, Grid grid, Block block,
+                                      std::size_t dynamic_shared_bytes, cudaStream_t stream, const char* file,
+                                      int line) {
+  return KernelLaunch<Params...>(
+      kernel, LaunchSite{name, file, line, to_dim3(grid), to_dim3(block), dynamic_shared_bytes, stream});
+}
+
+}  // namespace tandem::cuda_sim
+
+// TANDEM_LAUNCH(grid, block, shared_bytes, stream, kernel)(arguments...).
+#define TANDEM_LAUNCH(grid, block, shared_bytes, stream, ...)                                              \
+  ::tandem::cuda_sim::kernel_launch(__VA_ARGS__, #__VA_ARGS__, grid, block, static_cast<std::size_t>(shared_bytes), \
+                                    stream, __FILE__, __LINE__)
