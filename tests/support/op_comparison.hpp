@@ -72,7 +72,7 @@ inline Verdict compare_bits(const std::string& name, const std::vector<std::uint
   if (host.size() != cuda.size()) return {false, name + ": sizes differ"};
   for (std::size_t i = 0; i < host.size(); i += static_cast<std::size_t>(element_bytes)) {
     if (std::memcmp(host.data() + i, cuda.data() + i, static_cast<std::size_t>(element_bytes)) != 0) {
-      std::uint32_t h = 0, c = 0;
+      std::uint64_t h = 0, c = 0;  // elements of up to 8 bytes (the squared norm's doubles)
       std::memcpy(&h, host.data() + i, static_cast<std::size_t>(element_bytes));
       std::memcpy(&c, cuda.data() + i, static_cast<std::size_t>(element_bytes));
       std::ostringstream text;
