@@ -20,7 +20,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -65,6 +67,9 @@ struct Collective {
   int lane_argument = 0;
   int width = kWarpSize;
   std::uint64_t result = 0;
+  const void* send = nullptr;  // exchange: this lane's bytes, and where every lane's go
+  void* receive = nullptr;
+  std::size_t bytes = 0;
 };
 
 // A stack, as AddressSanitizer is told of it at every switch (the sanitizer build: ASan cannot
@@ -115,6 +120,22 @@ thread_local Current current;
 
 std::atomic<std::uint64_t> launches{0};
 
+// The running block's dynamic shared memory (each block runs on an OS thread of its own).
+struct SharedBuffer {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+thread_local SharedBuffer block_shared;
+
+struct FunctionLimits {
+  std::mutex mutex;
+  std::map<const void*, std::size_t> max_dynamic_shared;
+};
+FunctionLimits& function_limits() {
+  static FunctionLimits limits;
+  return limits;
+}
+
 struct OrderState {
   bool chosen = false;
   OrderSetting setting;
@@ -157,6 +178,15 @@ void check_configuration(const LaunchSite& site) {
   } else if (g.x > 0x7FFFFFFFu || g.y > 65535u || g.z > 65535u) {
     problem = "a grid of " + std::to_string(g.x) + "x" + std::to_string(g.y) + "x" + std::to_string(g.z) +
               " blocks: sm_90 allows x < 2^31, y and z < 2^16";
+  }
+  if (problem.empty() && site.dynamic_shared_bytes > max_dynamic_shared(site.function)) {
+    throw InvalidLaunchArgument("cuda-sim: launch of " + std::string(site.kernel) + " at " + site.file + ":" +
+                                std::to_string(site.line) + ": " + std::to_string(site.dynamic_shared_bytes) +
+                                " bytes of dynamic shared memory, over the kernel's limit of " +
+                                std::to_string(max_dynamic_shared(site.function)) +
+                                " (raise it with cudaFuncSetAttribute(kernel, "
+                                "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), at most " +
+                                std::to_string(kMaxDynamicSharedBytes) + " on sm_90)");
   }
   if (!problem.empty()) {
     throw InvalidConfiguration("cuda-sim: launch of " + std::string(site.kernel) + " at " + site.file + ":" +
@@ -238,7 +268,8 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
         } else if (other.state == State::at_barrier) {
           problem = "waits at __syncthreads at " + where(other.waiting);
         } else if (other.waiting.line != thread.waiting.line || std::strcmp(other.waiting.file, thread.waiting.file) != 0 ||
-                   other.collective.mask != mask || other.collective.kind != thread.collective.kind) {
+                   other.collective.mask != mask || other.collective.kind != thread.collective.kind ||
+                   other.collective.bytes != thread.collective.bytes) {
           problem = "waits at another warp collective, at " + where(other.waiting);
         }
         if (!problem.empty()) {
@@ -254,6 +285,14 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
       SimThread& thread = threads[static_cast<std::size_t>(t)];
       if (thread.state != State::at_collective) continue;
       const Collective& c = thread.collective;
+      if (c.kind == ShuffleKind::exchange) {
+        for (int lane = 0; lane < kWarpSize; ++lane) {
+          if ((c.mask >> lane & 1u) == 0) continue;
+          std::memcpy(static_cast<char*>(c.receive) + static_cast<std::size_t>(lane) * c.bytes,
+                      threads[static_cast<std::size_t>(warp_first + lane)].collective.send, c.bytes);
+        }
+        continue;
+      }
       const int lane = static_cast<int>(lane_of(thread));
       const int width = c.width;
       const int segment = (lane / width) * width;
@@ -263,6 +302,7 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
         case ShuffleKind::down: source = (lane % width) + c.lane_argument < width ? lane + c.lane_argument : lane; break;
         case ShuffleKind::up: source = (lane % width) - c.lane_argument >= 0 ? lane - c.lane_argument : lane; break;
         case ShuffleKind::index: source = segment + ((c.lane_argument % width) + width) % width; break;
+        case ShuffleKind::exchange: break;  // handled above
       }
       if (source < 0 || source >= kWarpSize || (c.mask >> source & 1u) == 0) {
         fault(site, block, "thread " + thread_text(thread) + "'s warp shuffle at " + where(thread.waiting) +
@@ -425,6 +465,13 @@ void launch(const LaunchSite& site, const std::function<void()>& thread_body) {
         std::exception_ptr error;
         std::thread block_thread([&, block = uint3{x, y, z}, number = block_number] {
           try {
+            // 16-byte aligned as extern __shared__ __align__(16) asks; 0xFF bytes (undefined on a device).
+            const std::size_t rounded = (site.dynamic_shared_bytes + 15) / 16 * 16;
+            std::unique_ptr<void, decltype(&std::free)> shared(
+                rounded == 0 ? nullptr : std::aligned_alloc(16, rounded), &std::free);
+            if (rounded != 0 && shared == nullptr) throw std::bad_alloc();
+            if (rounded != 0) std::memset(shared.get(), 0xFF, rounded);
+            block_shared = SharedBuffer{shared.get(), site.dynamic_shared_bytes};
             blockDim = dim3(site.block.x, site.block.y, site.block.z);
             gridDim = dim3(g.x, g.y, g.z);
             run_block(site, thread_body, block, launch_number, number, setting, stacks);
@@ -432,6 +479,7 @@ void launch(const LaunchSite& site, const std::function<void()>& thread_body) {
             error = std::current_exception();
           }
           current = Current{};
+          block_shared = SharedBuffer{};
         });
         block_thread.join();
         if (error) std::rethrow_exception(error);
@@ -463,6 +511,51 @@ std::uint64_t shuffle(ShuffleKind kind, unsigned int mask, std::uint64_t bits, i
   thread->collective = Collective{kind, mask, bits, lane_argument, width, 0};
   suspend(*thread);
   return thread->collective.result;
+}
+
+}  // namespace tandem::cuda_sim
+
+namespace tandem::cuda_sim {
+
+void warp_exchange(unsigned int mask, const void* send, void* receive, std::size_t bytes, const char* file, int line) {
+  SimThread* thread = current.thread;
+  if (thread == nullptr) throw std::logic_error("cuda-sim: a warp collective outside a kernel");
+  thread->state = State::at_collective;
+  thread->waiting = Waiting{file, line};
+  thread->collective = Collective{ShuffleKind::exchange, mask, 0, 0, kWarpSize, 0, send, receive, bytes};
+  suspend(*thread);
+}
+
+void* dynamic_shared() {
+  if (current.thread == nullptr) throw std::logic_error("cuda-sim: dynamic shared memory outside a kernel");
+  return block_shared.data;
+}
+
+std::size_t dynamic_shared_bytes() { return block_shared.bytes; }
+
+int thread_lane() {
+  if (current.thread == nullptr) throw std::logic_error("cuda-sim: a lane outside a kernel");
+  return static_cast<int>(lane_of(*current.thread));
+}
+
+bool set_max_dynamic_shared(const void* function, std::size_t bytes) {
+  if (bytes > kMaxDynamicSharedBytes) return false;
+  FunctionLimits& limits = function_limits();
+  const std::lock_guard lock(limits.mutex);
+  limits.max_dynamic_shared[function] = bytes;
+  return true;
+}
+
+std::size_t max_dynamic_shared(const void* function) {
+  FunctionLimits& limits = function_limits();
+  const std::lock_guard lock(limits.mutex);
+  const auto found = limits.max_dynamic_shared.find(function);
+  return found == limits.max_dynamic_shared.end() ? kDefaultDynamicSharedBytes : found->second;
+}
+
+void thread_fault(const std::string& what) {
+  if (current.thread == nullptr) throw std::logic_error("cuda-sim: " + what);
+  fault(*current.site, current.block, "thread " + thread_text(*current.thread) + " " + what);
 }
 
 }  // namespace tandem::cuda_sim

@@ -49,6 +49,7 @@ struct LaunchSite {
   Dim3 block;
   std::size_t dynamic_shared_bytes = 0;
   void* stream = nullptr;
+  const void* function = nullptr;  // the kernel's entry (its cudaFuncSetAttribute limits)
 };
 
 // A fault inside a kernel (a divergent barrier, a warp collective a lane of its mask never
@@ -58,6 +59,11 @@ struct KernelFault : std::runtime_error {
 };
 // A launch whose grid or block sm_90 refuses (it never starts).
 struct InvalidConfiguration : KernelFault {
+  using KernelFault::KernelFault;
+};
+// A launch asking more dynamic shared memory than its kernel's limit (it never starts; the runtime
+// reports cudaErrorInvalidValue).
+struct InvalidLaunchArgument : KernelFault {
   using KernelFault::KernelFault;
 };
 
@@ -72,14 +78,39 @@ std::uint64_t launch_count();
 // __syncthreads() at file:line, called from a kernel's thread.
 void sync_threads(const char* file, int line);
 
-enum class ShuffleKind { xor_lane, down, up, index };
+enum class ShuffleKind { xor_lane, down, up, index, exchange };
 // A warp shuffle of `bits` (a value of up to 8 bytes): every lane of `mask` must arrive at the
 // same call; the result is the bits of the source lane (down/up: your own when the source lane is
 // outside your `width`-lane segment).
 std::uint64_t shuffle(ShuffleKind kind, unsigned int mask, std::uint64_t bits, int lane_argument, int width,
                       const char* file, int line);
 
+// A warp collective that gives every lane of `mask` every lane's `bytes` bytes at `send`:
+// `receive` gets 32 slots of `bytes`, lane i's in slot i (slots of lanes outside the mask are left
+// as they are). The tensor-core emulations (tensor_core.hpp) are built on it.
+void warp_exchange(unsigned int mask, const void* send, void* receive, std::size_t bytes, const char* file, int line);
+
+// The running block's dynamic shared memory (the launch's dynamic_shared_bytes, 16-byte aligned,
+// filled with 0xFF bytes: CUDA leaves it undefined, and all-ones reads as NaN in float and bf16),
+// and its size.
+void* dynamic_shared();
+std::size_t dynamic_shared_bytes();
+
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) as sm_90 takes
+// it: up to 227 KiB (232,448 bytes) opted in; a launch asking more dynamic shared memory than its
+// kernel's limit (48 KiB until raised) is refused. Returns false for a limit sm_90 refuses.
+inline constexpr std::size_t kDefaultDynamicSharedBytes = 48 * 1024;
+inline constexpr std::size_t kMaxDynamicSharedBytes = 232448;
+bool set_max_dynamic_shared(const void* function, std::size_t bytes);
+std::size_t max_dynamic_shared(const void* function);
+
 // Whether the caller runs inside a simulated kernel thread.
 bool in_kernel();
+// The running thread's lane in its warp (its linear index in the block, modulo 32).
+int thread_lane();
+
+// The running thread's coordinates, for a fault raised outside the engine (tensor_core.cpp):
+// throws KernelFault naming the kernel, launch site, block and thread, then `what`.
+[[noreturn]] void thread_fault(const std::string& what);
 
 }  // namespace tandem::cuda_sim

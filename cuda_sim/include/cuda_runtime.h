@@ -7,12 +7,19 @@
 //   - qualifiers: __global__, __device__, __host__, __forceinline__, __launch_bounds__, __shared__
 //     (a block's own: static thread_local, each block running on an OS thread of its own, so it
 //     starts zeroed; CUDA leaves it undefined), __align__;
-//   - built-ins threadIdx, blockIdx, blockDim, gridDim, warpSize; uint3, dim3, float4;
+//   - built-ins threadIdx, blockIdx, blockDim, gridDim, warpSize; uint3, dim3, float4, uint4;
+//   - dynamic shared memory through TANDEM_DYNAMIC_SHARED (kernel_support.cuh writes it as
+//     extern __shared__ for nvcc) and its limit, cudaFuncSetAttribute with
+//     cudaFuncAttributeMaxDynamicSharedMemorySize;
+//   - the tensor-core instructions mma.sync m16n8k16 bf16 and ldmatrix x4 [.trans], as warp
+//     collectives (tensor_core.hpp), called where the .cu file writes the PTX for nvcc;
 //   - __syncthreads, __shfl_xor_sync, __shfl_down_sync (engine.hpp's rules), the exact IEEE fp32
 //     __f*_rn intrinsics, __float_as_uint / __uint_as_float; fmaxf, expf, logf from the C library;
+//     the integer min and max overloads;
 //   - launches through TANDEM_LAUNCH (production/cuda/kernel_support.cuh writes it as <<<>>> for
 //     nvcc), the error calls cudaGetLastError, cudaPeekAtLastError, cudaGetErrorName/String,
-//     cudaDeviceSynchronize and cudaDeviceReset.
+//     cudaDeviceSynchronize and cudaDeviceReset;
+//   - what the cuda backend calls of devices, memory, streams and events (below).
 #pragma once
 
 #include <math.h>
@@ -27,6 +34,7 @@
 #include <utility>
 
 #include "cuda_sim/engine.hpp"
+#include "cuda_sim/tensor_core.hpp"
 
 #define TANDEM_CUDA_SIM 1
 
@@ -53,6 +61,14 @@ struct alignas(16) float4 {
 };
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
+struct alignas(16) uint4 {
+  unsigned int x = 0, y = 0, z = 0, w = 0;
+};
+inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return uint4{x, y, z, w}; }
+
+// The launch's dynamic shared memory, the block's own (engine.hpp's dynamic_shared).
+#define TANDEM_DYNAMIC_SHARED(type, name) type* const name = static_cast<type*>(::tandem::cuda_sim::dynamic_shared())
+
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
 extern thread_local dim3 blockDim;
@@ -68,6 +84,18 @@ inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
 inline unsigned int __float_as_uint(float value) { return std::bit_cast<unsigned int>(value); }
 inline float __uint_as_float(unsigned int bits) { return std::bit_cast<float>(bits); }
+
+// CUDA's integer min / max overloads (device functions at global scope).
+#define TANDEM_CUDA_SIM_MIN_MAX(type)                                  \
+  inline type min(type a, type b) { return b < a ? b : a; }          \
+  inline type max(type a, type b) { return a < b ? b : a; }
+TANDEM_CUDA_SIM_MIN_MAX(int)
+TANDEM_CUDA_SIM_MIN_MAX(unsigned int)
+TANDEM_CUDA_SIM_MIN_MAX(long)
+TANDEM_CUDA_SIM_MIN_MAX(unsigned long)
+TANDEM_CUDA_SIM_MIN_MAX(long long)
+TANDEM_CUDA_SIM_MIN_MAX(unsigned long long)
+#undef TANDEM_CUDA_SIM_MIN_MAX
 
 #define __syncthreads() ::tandem::cuda_sim::sync_threads(__FILE__, __LINE__)
 
@@ -96,6 +124,7 @@ T shuffle_value(ShuffleKind kind, const char* file, int line, unsigned int mask,
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorLaunchFailure = 719,
 };
@@ -110,12 +139,75 @@ const char* cudaGetErrorString(cudaError_t error);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaDeviceReset();
 
+// Devices, memory, streams and events: the one device "cuda-sim (sm_90)", memory from the host's
+// heap, and every stream synchronous with the host (work runs when it is issued, so waits and
+// synchronizes have nothing left to wait for but the sticky error; docs/CUDA-SIM.md "Streams").
+struct cudaDeviceProp {
+  char name[256] = {};
+  std::size_t totalGlobalMem = 0;
+  std::size_t sharedMemPerBlockOptin = 0;
+  int major = 0;
+  int minor = 0;
+  int multiProcessorCount = 0;
+};
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+inline constexpr unsigned int cudaStreamDefault = 0x0;
+inline constexpr unsigned int cudaStreamNonBlocking = 0x1;
+inline constexpr unsigned int cudaEventDefault = 0x0;
+inline constexpr unsigned int cudaEventDisableTiming = 0x2;
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device);
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
+// 256-byte aligned, filled with 0xFF bytes (a device leaves it undefined; all-ones reads as NaN).
+cudaError_t cudaMalloc(void** pointer, std::size_t bytes);
+template <class T>
+cudaError_t cudaMalloc(T** pointer, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(pointer), bytes);
+}
+cudaError_t cudaFree(void* pointer);
+cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+};
+// The one attribute the kernels set; a limit over sm_90's 227 KiB is cudaErrorInvalidValue.
+cudaError_t cuda_sim_func_set_attribute(const void* function, cudaFuncAttribute attribute, int value);
+template <class Function>
+cudaError_t cudaFuncSetAttribute(Function* function, cudaFuncAttribute attribute, int value) {
+  return cuda_sim_func_set_attribute(reinterpret_cast<const void*>(function), attribute, value);
+}
+
 namespace tandem::cuda_sim {
 
 // Runs a launch and records what went wrong as the runtime would: an invalid configuration as
 // cudaErrorInvalidConfiguration (cleared by cudaGetLastError), a fault inside the kernel as
 // cudaErrorLaunchFailure, sticky until cudaDeviceReset. cudaGetErrorString gives the fault's text.
 void run_launch(const LaunchSite& site, const std::function<void()>& thread_body);
+
+// Runs `work` in `stream`'s order (a library call such as cublasLtMatmul, a copy, a memset):
+// today at once on the calling thread, every stream synchronous with the host (docs/CUDA-SIM.md
+// "Streams"). Nothing runs once a kernel has faulted: that sticky error is returned. An exception
+// from `work` propagates to the caller.
+cudaError_t run_on_stream(cudaStream_t stream, const std::function<void()>& work);
 
 inline Dim3 to_dim3(dim3 value) { return Dim3{value.x, value.y, value.z}; }
 template <class Integer>
@@ -129,7 +221,9 @@ Dim3 to_dim3(Integer value) {
 template <class... Params>
 class KernelLaunch {
  public:
-  KernelLaunch(void (*kernel)(Params...), LaunchSite site) : kernel_(kernel), site_(site) {}
+  KernelLaunch(void (*kernel)(Params...), LaunchSite site) : kernel_(kernel), site_(site) {
+    site_.function = reinterpret_cast<const void*>(kernel);
+  }
   template <class... Args>
   void operator()(Args&&... arguments) const {
     static_assert(sizeof...(Args) == sizeof...(Params), "a kernel launch passes every parameter");

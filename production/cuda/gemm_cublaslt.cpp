@@ -121,6 +121,11 @@ Plan make_plan(const PlanKey& key) {
                                                                plan.layout_c, preference, 1, &result, &returned);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    // No plan is kept: its descriptors go before the error (teardown statuses ignored).
+    cublasLtMatrixLayoutDestroy(plan.layout_c);
+    cublasLtMatrixLayoutDestroy(plan.layout_b);
+    cublasLtMatrixLayoutDestroy(plan.layout_a);
+    cublasLtMatmulDescDestroy(plan.operation);
     throw std::runtime_error("gemm_cuda: cuBLASLt has no algorithm for " + describe(key) +
                              " with reduction scheme none and a " + std::to_string(kGemmWorkspaceBytes >> 20) +
                              " MiB workspace (status " + std::to_string(static_cast<int>(status)) + ", " +

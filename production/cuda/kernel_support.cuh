@@ -19,8 +19,11 @@
 // as a call into cuda-sim's engine by cuda_sim/include/cuda_runtime.h when the host compiler builds
 // this file for cuda-sim (docs/CUDA-SIM.md). The kernel comes last: its template arguments may hold
 // commas.
+// TANDEM_DYNAMIC_SHARED(type, name) declares the launch's dynamic shared memory as `type name[]`
+// (extern __shared__, 16-byte aligned); cuda-sim gives each block its own buffer of the launch's size.
 #if !defined(TANDEM_CUDA_SIM)
 #define TANDEM_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
+#define TANDEM_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
 #endif
 
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC::cuda_detail {

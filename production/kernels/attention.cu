@@ -89,7 +89,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(
     const T* query, const T* key, const T* value, const std::int32_t* attention_start, T* context,
     float* logsumexp, Geometry g) {
-  extern __shared__ float shared[];
+  TANDEM_DYNAMIC_SHARED(float, shared);
   float* q_tile = shared;                        // [kTile, stride]
   float* k_tile = q_tile + kTile * g.stride;     // [kTile, stride]
   float* v_tile = k_tile + kTile * g.stride;     // [kTile, stride]
@@ -170,7 +170,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) attention_key_value_grad_kernel(
     const T* query, const T* key, const T* value, const T* context_grad, const float* logsumexp,
     const float* context_dots, const std::int32_t* attention_start, T* key_grad, T* value_grad, Geometry g) {
-  extern __shared__ float shared[];
+  TANDEM_DYNAMIC_SHARED(float, shared);
   float* k_tile = shared;                         // [kTile, stride]
   float* v_tile = k_tile + kTile * g.stride;      // [kTile, stride]
   float* q_tile = v_tile + kTile * g.stride;      // [kTile, stride]
@@ -252,7 +252,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) attention_query_grad_kernel(
     const T* query, const T* key, const T* value, const T* context_grad, const float* logsumexp,
     const float* context_dots, const std::int32_t* attention_start, T* query_grad, Geometry g) {
-  extern __shared__ float shared[];
+  TANDEM_DYNAMIC_SHARED(float, shared);
   float* q_tile = shared;                         // [kTile, stride]
   float* dctx_tile = q_tile + kTile * g.stride;   // [kTile, stride]
   float* k_tile = dctx_tile + kTile * g.stride;   // [kTile, stride]

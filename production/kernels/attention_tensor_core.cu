@@ -62,34 +62,48 @@ struct Geometry {
 };
 
 // ---- warp-level tensor-core primitives ----------------------------------------------------------
+// Built for cuda-sim, each is the same instruction's warp-collective emulation from the PTX ISA's
+// fragment tables (cuda_sim/tensor_core.hpp), since the host compiler cannot assemble PTX.
 
 // D += A B for one m16n8k16 product: A [16, 16] row-major bf16 in 4 registers, B [16, 8]
 // column-major bf16 in 2, D [16, 8] fp32 in 4 (PTX ISA, "Matrix Fragments for mma.m16n8k16").
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                          std::uint32_t b1) {
+#if defined(TANDEM_CUDA_SIM)
+  ::tandem::cuda_sim::mma_m16n8k16_bf16(d, a, b0, b1, __FILE__, __LINE__);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 // Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8.
 // Lane l receives, in register i, row l / 4, columns 2 (l % 4) + {0, 1} of matrix i; with .trans
 // it receives column l / 4, rows 2 (l % 4) + {0, 1}.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const std::uint16_t* row) {
+#if defined(TANDEM_CUDA_SIM)
+  ::tandem::cuda_sim::ldmatrix_x4(r, row, false, __FILE__, __LINE__);
+#else
   const auto address = static_cast<unsigned int>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address)
                : "memory");
+#endif
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const std::uint16_t* row) {
+#if defined(TANDEM_CUDA_SIM)
+  ::tandem::cuda_sim::ldmatrix_x4(r, row, true, __FILE__, __LINE__);
+#else
   const auto address = static_cast<unsigned int>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address)
                : "memory");
+#endif
 }
 
 // The A fragment of the [16, 16] block at (row0, col0) of a row-major tile [rows, pitch]:
@@ -187,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const Bf16* query, co
   constexpr int kPitch = kHeadDim + kPad;
   constexpr int kDimSteps = kHeadDim / 16;   // k-steps of q . k; 16-dimension blocks of the output
   constexpr int kKeySlices = kKeys / 8;      // n8 slices of a score row
-  extern __shared__ __align__(16) std::uint16_t tiles[];
+  TANDEM_DYNAMIC_SHARED(std::uint16_t, tiles);
   std::uint16_t* q_tile = tiles;                  // [kRows, kPitch]
   std::uint16_t* k_tile = q_tile + kRows * kPitch;  // [kKeys, kPitch]
   std::uint16_t* v_tile = k_tile + kKeys * kPitch;  // [kKeys, kPitch]
@@ -325,7 +339,7 @@ __global__ void __launch_bounds__(kThreads) key_value_grad_kernel(
   constexpr int kPitch = kHeadDim + kPad;
   constexpr int kDimSteps = kHeadDim / 16;
   constexpr int kQuerySlices = kRows / 8;    // n8 slices of a transposed score row (queries)
-  extern __shared__ __align__(16) std::uint16_t tiles[];
+  TANDEM_DYNAMIC_SHARED(std::uint16_t, tiles);
   std::uint16_t* k_tile = tiles;                        // [kKeys, kPitch]
   std::uint16_t* v_tile = k_tile + kKeys * kPitch;      // [kKeys, kPitch]
   std::uint16_t* q_tile = v_tile + kKeys * kPitch;      // [kRows, kPitch]
@@ -445,7 +459,7 @@ __global__ void __launch_bounds__(kThreads) query_grad_kernel(
   constexpr int kPitch = kHeadDim + kPad;
   constexpr int kDimSteps = kHeadDim / 16;
   constexpr int kKeySlices = kKeys / 8;
-  extern __shared__ __align__(16) std::uint16_t tiles[];
+  TANDEM_DYNAMIC_SHARED(std::uint16_t, tiles);
   std::uint16_t* q_tile = tiles;                       // [kRows, kPitch]
   std::uint16_t* dctx_tile = q_tile + kRows * kPitch;  // [kRows, kPitch]
   std::uint16_t* k_tile = dctx_tile + kRows * kPitch;  // [kKeys, kPitch]
