@@ -427,7 +427,7 @@ TEST_F(SimCublasLt, TheHeuristicRefusesStridedMixedMisalignedAndInconsistentLayo
   }
 }
 
-TEST_F(SimCublasLt, MatmulRefusesOutOfPlaceForeignAlgorithmsAndAFaultedContext) {
+TEST_F(SimCublasLt, MatmulRefusesOutOfPlaceForeignAndMisalignedCalls) {
   const Shape shape{7, 5, 13};
   Descriptors d;
   describe(d, shape, CUBLAS_OP_T, CUBLAS_OP_N, DType::f32, DType::f32);
