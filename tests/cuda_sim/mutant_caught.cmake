@@ -1,8 +1,8 @@
-# ctest's verdict on one planted bug (mutants.cmake): runs EXECUTABLE, a cuda_sim_kernels_test
-# built on a mutated kernel library, on the one test TEST under TANDEM_CUDA_SIM_ORDER=ORDER, and
-# succeeds only if the mutant was caught: gtest exited 1 (not a crash, not a signal), exactly one
+# ctest's verdict on one planted bug (mutants.cmake): runs EXECUTABLE, production_cuda_ops_test
+# built for cuda-sim with one mutated source, on the one test TEST under TANDEM_CUDA_SIM_ORDER=ORDER
+# (and TANDEM_CUDA_SIM_STREAMS=STREAMS when STREAMS is not empty), and succeeds only if the mutant was caught: gtest exited 1 (not a crash, not a signal), exactly one
 # test ran (so TEST still exists), and that test's "[  FAILED  ]" line is there.
-# cmake -DEXECUTABLE=... -DTEST=... -DORDER=... -DDESCRIPTION=.../MUTANT.txt -P mutant_caught.cmake
+# cmake -DEXECUTABLE=... -DTEST=... -DORDER=... [-DSTREAMS=...] -DDESCRIPTION=.../MUTANT.txt -P mutant_caught.cmake
 foreach(required EXECUTABLE TEST ORDER DESCRIPTION)
   if(NOT DEFINED ${required})
     message(FATAL_ERROR "mutant_caught.cmake: -D${required}=... is required")
@@ -10,7 +10,12 @@ foreach(required EXECUTABLE TEST ORDER DESCRIPTION)
 endforeach()
 file(READ ${DESCRIPTION} description)
 message("${description}")
-message("running: TANDEM_CUDA_SIM_ORDER=${ORDER} ${EXECUTABLE} --gtest_filter=${TEST}")
+set(streams_text "")
+if(DEFINED STREAMS AND NOT STREAMS STREQUAL "")
+  set(ENV{TANDEM_CUDA_SIM_STREAMS} ${STREAMS})
+  set(streams_text "TANDEM_CUDA_SIM_STREAMS=${STREAMS} ")
+endif()
+message("running: TANDEM_CUDA_SIM_ORDER=${ORDER} ${streams_text}${EXECUTABLE} --gtest_filter=${TEST}")
 set(ENV{TANDEM_CUDA_SIM_ORDER} ${ORDER})
 execute_process(COMMAND ${EXECUTABLE} --gtest_filter=${TEST} RESULT_VARIABLE status OUTPUT_VARIABLE output
   ERROR_VARIABLE output TIMEOUT 280)

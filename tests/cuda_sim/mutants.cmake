@@ -1,16 +1,19 @@
-# Planted bugs (docs/CUDA-SIM.md "Planted bugs"): negative controls for cuda_sim_kernels_test.
-# Each mutant is a copy of one shipped source with one exact text replaced, written under
+# Planted bugs (docs/CUDA-SIM.md "Planted bugs"): negative controls for the device's own op test,
+# tests/production_cuda_ops_test.cpp as cuda-sim runs it (production_cuda_ops_test_sim). Each
+# mutant is a copy of one shipped source with one exact text replaced, written under
 # mutants/<name>/ in this build directory and found ahead of the source tree on the include path
-# (the kernels include their headers and the wrappers their .cu files as "production/...", through
-# -I in order). Only the wrappers of the kernels that include the mutated file are compiled again;
-# the rest of the library is the shipped build's. The shipped sources carry no test-only code.
-# ctest's CudaSimMutant.<name> passes only when the planted bug makes the named test fail in
-# gtest's sense (mutant_caught.cmake): the test ran, alone, to a verdict, and it was FAILED.
+# (every compilation unit reaches the project's files as "production/...", through -I in order).
+# Only the units that include the mutated file (or are it) are compiled again, each through a
+# one-line wrapper; every other object is the shipped cuda-sim build's. The shipped sources carry
+# no test-only code. ctest's CudaSimMutant.<name> passes only when the planted bug makes the named
+# test fail in gtest's sense (mutant_caught.cmake): the test ran, alone, to a verdict, and it was
+# FAILED.
 
 # The test's object, compiled once for every mutant's executable.
-add_library(cuda_sim_kernels_test_objects OBJECT cuda_sim_kernels_test.cpp)
-tandem_cuda_sim_target(cuda_sim_kernels_test_objects)
-target_link_libraries(cuda_sim_kernels_test_objects PRIVATE tandem_cuda_sim_kernels_host GTest::gtest tandem_warnings)
+add_library(production_cuda_ops_test_sim_objects OBJECT ${PROJECT_SOURCE_DIR}/tests/production_cuda_ops_test.cpp)
+tandem_cuda_sim_target(production_cuda_ops_test_sim_objects)
+target_link_libraries(production_cuda_ops_test_sim_objects PRIVATE tandem_production_cuda_sim GTest::gtest
+  tandem_warnings)
 
 # The project's own files that `file` (relative to the source root) includes as "...", transitively,
 # `file` among them.
@@ -36,17 +39,30 @@ function(tandem_cuda_sim_included_files file out)
   set(${out} ${seen} PARENT_SCOPE)
 endfunction()
 
+# The shipped file a source of a cuda-sim library compiles, relative to the source root: a
+# generated wrapper (cuda_sim/CMakeLists.txt) compiles the file it includes, any other source itself.
+function(tandem_cuda_sim_unit_file source out)
+  if(source MATCHES "/kernels/([A-Za-z0-9_]+)_cu\\.cpp$")
+    set(${out} production/kernels/${CMAKE_MATCH_1}.cu PARENT_SCOPE)
+  elseif(source MATCHES "/cuda/([A-Za-z0-9_]+)_cu\\.cpp$")
+    set(${out} production/cuda/${CMAKE_MATCH_1}.cu PARENT_SCOPE)
+  else()
+    file(RELATIVE_PATH relative ${PROJECT_SOURCE_DIR} ${source})
+    set(${out} ${relative} PARENT_SCOPE)
+  endif()
+endfunction()
+
 # tandem_cuda_sim_mutant(NAME name FILE path FIND text REPLACE text TEST full.gtest/name ORDER order
-#                        [WHY text])
+#                        [STREAMS mode] [WHY text])
 #   FILE: a shipped source, relative to the source root (production/cuda/kernel_support.cuh).
 #   FIND: exact text that occurs exactly once in FILE (configure fails otherwise, so a mutant never
 #     silently becomes the shipped code when the code changes); REPLACE: its planted replacement.
-#   TEST: one test's full gtest name, no wildcards (Dtypes/SimKernels.X/f32); ORDER: the
+#   TEST: one test's full gtest name, no wildcards (Dtypes/CudaOps.X/f32); ORDER: the
 #     TANDEM_CUDA_SIM_ORDER it runs under. The unmutated test must pass there: pick an order the
-#     suite runs (forward, reverse, random:20261207).
+#     suite runs (forward, random:20261207). STREAMS: TANDEM_CUDA_SIM_STREAMS, if given.
 #   WHY: what the bug models, printed with the verdict.
 function(tandem_cuda_sim_mutant)
-  cmake_parse_arguments(PARSE_ARGV 0 mutant "" "NAME;FILE;FIND;REPLACE;TEST;ORDER;WHY" "")
+  cmake_parse_arguments(PARSE_ARGV 0 mutant "" "NAME;FILE;FIND;REPLACE;TEST;ORDER;STREAMS;WHY" "")
   foreach(required NAME FILE FIND TEST ORDER)
     if(NOT DEFINED mutant_${required} OR "${mutant_${required}}" STREQUAL "")
       message(FATAL_ERROR "tandem_cuda_sim_mutant(${mutant_NAME}): ${required} is required")
@@ -90,7 +106,45 @@ function(tandem_cuda_sim_mutant)
   # Written only when it changed, so an unchanged mutant recompiles nothing.
   set(root ${CMAKE_CURRENT_BINARY_DIR}/mutants/${mutant_NAME})
   set(description "mutant ${mutant_NAME}: ${mutant_FILE}\n${mutant_WHY}\n--- FIND\n${mutant_FIND}\n--- REPLACE\n${mutant_REPLACE}\n")
-  foreach(output IN ITEMS "${mutant_FILE}|mutated" "MUTANT.txt|description")
+  set(outputs "${mutant_FILE}|mutated" "MUTANT.txt|description")
+
+  # The units (of the kernels and of the production twin built for cuda-sim) that include FILE or
+  # are it: compiled again from a wrapper under the mutant's root; the other units' objects are
+  # the shipped ones. An object's name ends in its source's last directory and file name.
+  set(mutated_units)
+  set(objects)
+  foreach(library tandem_cuda_sim_kernels tandem_production_cuda_sim)
+    get_target_property(library_sources ${library} SOURCES)
+    set(excluded)
+    foreach(library_source IN LISTS library_sources)
+      tandem_cuda_sim_unit_file(${library_source} unit)
+      tandem_cuda_sim_included_files(${unit} included)
+      if(mutant_FILE IN_LIST included)
+        string(REPLACE "/" "__" flat ${unit})
+        set(wrapper_text "// Generated by tests/cuda_sim/mutants.cmake: ${unit} with mutant ${mutant_NAME}.\n#include \"${unit}\"\n")
+        list(APPEND outputs "units/${flat}.cpp|wrapper_text_${flat}")
+        set(wrapper_text_${flat} "${wrapper_text}")
+        list(APPEND mutated_units ${root}/units/${flat}.cpp)
+        get_filename_component(object_directory ${library_source} DIRECTORY)
+        get_filename_component(object_directory ${object_directory} NAME)
+        get_filename_component(object_name ${library_source} NAME)
+        string(REGEX REPLACE "([][.*+?^$()|\\])" "\\\\\\1" object_pattern "/${object_directory}/${object_name}.o")
+        list(APPEND excluded "${object_pattern}$")
+      endif()
+    endforeach()
+    if(excluded)
+      list(JOIN excluded "|" excluded_pattern)
+      list(APPEND objects "$<FILTER:$<TARGET_OBJECTS:${library}>,EXCLUDE,${excluded_pattern}>")
+    else()
+      list(APPEND objects "$<TARGET_OBJECTS:${library}>")
+    endif()
+  endforeach()
+  if(NOT mutated_units)
+    message(FATAL_ERROR "tandem_cuda_sim_mutant(${mutant_NAME}): no unit of tandem_cuda_sim_kernels or "
+                        "tandem_production_cuda_sim includes ${mutant_FILE}")
+  endif()
+
+  foreach(output IN LISTS outputs)
     string(REPLACE "|" ";" output "${output}")
     list(GET output 0 path)
     list(GET output 1 variable)
@@ -103,39 +157,20 @@ function(tandem_cuda_sim_mutant)
     endif()
   endforeach()
 
-  # The kernels whose .cu includes FILE (or is FILE) are compiled again; the others' objects are
-  # tandem_cuda_sim_kernels' own.
-  get_target_property(wrappers tandem_cuda_sim_kernels SOURCES)
-  set(mutated_wrappers)
-  set(mutated_kernels)
-  foreach(wrapper IN LISTS wrappers)
-    string(REGEX REPLACE "^.*/([A-Za-z0-9_]+)_cu\\.cpp$" "\\1" kernel "${wrapper}")
-    tandem_cuda_sim_included_files(production/kernels/${kernel}.cu included)
-    if(mutant_FILE IN_LIST included)
-      list(APPEND mutated_wrappers ${wrapper})
-      list(APPEND mutated_kernels ${kernel})
-    endif()
-  endforeach()
-  if(NOT mutated_kernels)
-    message(FATAL_ERROR "tandem_cuda_sim_mutant(${mutant_NAME}): no kernel of tandem_cuda_sim_kernels includes "
-                        "${mutant_FILE}")
-  endif()
-  list(JOIN mutated_kernels "|" mutated_pattern)
-  set(library tandem_cuda_sim_kernels_mutant_${mutant_NAME})
-  add_library(${library} STATIC ${mutated_wrappers}
-    "$<FILTER:$<TARGET_OBJECTS:tandem_cuda_sim_kernels>,EXCLUDE,/(${mutated_pattern})_cu\\.cpp\\.o$>")
-  # As cuda_sim/CMakeLists.txt compiles them (a source's options are its directory's).
-  set_source_files_properties(${mutated_wrappers} PROPERTIES COMPILE_OPTIONS -Wno-unknown-pragmas)
-  tandem_cuda_sim_target(${library})
-  target_include_directories(${library} BEFORE PRIVATE ${root})
-  target_link_libraries(${library} PUBLIC tandem_cuda_sim_kernels_host PRIVATE tandem_warnings)
-
-  set(executable cuda_sim_kernels_test_mutant_${mutant_NAME})
-  add_executable(${executable} $<TARGET_OBJECTS:cuda_sim_kernels_test_objects>)
-  target_link_libraries(${executable} PRIVATE ${library} GTest::gtest GTest::gtest_main)
+  # Every object is the executable's own, so nothing of the libraries linked below (for their
+  # usage requirements and dependencies) is pulled from their archives: no shipped copy of a
+  # mutated unit takes part.
+  set(executable production_cuda_ops_test_sim_mutant_${mutant_NAME})
+  add_executable(${executable} ${mutated_units} $<TARGET_OBJECTS:production_cuda_ops_test_sim_objects> ${objects})
+  # As cuda_sim/CMakeLists.txt compiles the kernels (nvcc's #pragma unroll is unknown to GCC).
+  set_source_files_properties(${mutated_units} PROPERTIES COMPILE_OPTIONS -Wno-unknown-pragmas)
+  tandem_cuda_sim_target(${executable})
+  target_include_directories(${executable} BEFORE PRIVATE ${root})
+  target_link_libraries(${executable} PRIVATE tandem_production_cuda_sim GTest::gtest GTest::gtest_main
+    tandem_warnings)
   add_test(NAME CudaSimMutant.${mutant_NAME}
     COMMAND ${CMAKE_COMMAND} -DEXECUTABLE=$<TARGET_FILE:${executable}> -DTEST=${mutant_TEST} -DORDER=${mutant_ORDER}
-      -DDESCRIPTION=${root}/MUTANT.txt -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mutant_caught.cmake)
+      -DSTREAMS=${mutant_STREAMS} -DDESCRIPTION=${root}/MUTANT.txt -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/mutant_caught.cmake)
   set_tests_properties(CudaSimMutant.${mutant_NAME} PROPERTIES LABELS cuda-sim TIMEOUT 300)
 endfunction()
 
@@ -150,7 +185,7 @@ Value block_sum(Value value, Value* scratch) {
 Value block_sum(Value value, Value* scratch) {
   scratch[threadIdx.x] = value;
 ]=]
-  TEST Dtypes/SimKernels.CrossEntropyWithinTheBoundAndMaskedRowsExactlyZero/f32
+  TEST Dtypes/CudaOps.CrossEntropyWithinTheBoundAndMaskedRowsExactlyZero/f32
   ORDER forward
   WHY "A block reduction reads its neighbours' stores before they are all made.")
 
@@ -158,7 +193,7 @@ tandem_cuda_sim_mutant(NAME warp_sum_skips_its_first_shuffle
   FILE production/kernels/optimizer.cu
   FIND "for (unsigned int stride = 16; stride > 0; stride /= 2) total = total + __shfl_down_sync("
   REPLACE "for (unsigned int stride = 8; stride > 0; stride /= 2) total = total + __shfl_down_sync("
-  TEST Dtypes/SimKernels.SquaredNormExactOnDyadicValuesOnTheVectorAndScalarPaths/f32
+  TEST Dtypes/CudaOps.SquaredNormExactOnDyadicValuesAndDeterministic/f32
   ORDER forward
   WHY "A warp shuffle tree that starts at the wrong offset: lanes 16-31 never reach lane 0.")
 
@@ -166,6 +201,22 @@ tandem_cuda_sim_mutant(NAME add_misses_the_last_element
   FILE production/kernels/elementwise.cu
   FIND "if (i < count) store(output, i, add(load(a, i), load(b, i)));"
   REPLACE "if (i < count - 1) store(output, i, add(load(a, i), load(b, i)));"
-  TEST Dtypes/SimKernels.ConvertAddBiasAreExactAndBiasGradSumsInTheHostsOrder/f32
+  TEST Dtypes/CudaOps.ConvertAddBiasAreExactAndBiasGradSumsInTheHostsOrder/f32
   ORDER forward
   WHY "A tail bound off by one: the last element of an add is never written.")
+
+tandem_cuda_sim_mutant(NAME ldmatrix_rows_from_the_next_matrix
+  FILE production/kernels/attention_tensor_core.cu
+  FIND "ldmatrix_x4(a, tile + (row0 + (matrix & 1) * 8 + lane % 8) * kPitch + col0 + (matrix >> 1) * 8);"
+  REPLACE "ldmatrix_x4(a, tile + (row0 + ((matrix + 1) % 4 & 1) * 8 + lane % 8) * kPitch + col0 + ((matrix + 1) % 4 >> 1) * 8);"
+  TEST Dtypes/CudaOps.AttentionWithinTheBoundAndDeterministic/bf16
+  ORDER forward
+  WHY "An ldmatrix lane-to-address map off by one matrix: lane l gives row l % 8 of matrix (l / 8 + 1) % 4 of the A operand.")
+
+tandem_cuda_sim_mutant(NAME attention_tile_drops_the_last_row
+  FILE production/kernels/attention_tensor_core.cu
+  FIND "if (t < g.seq && d0 < g.head_dim) {"
+  REPLACE "if (t < g.seq - 1 && d0 < g.head_dim) {"
+  TEST Dtypes/CudaOps.AttentionWithinTheBoundAndDeterministic/bf16
+  ORDER forward
+  WHY "A tail tile bound off by one: the sequence's last row of Q, K, V and the gradients loads as zeros.")
