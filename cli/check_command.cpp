@@ -3,7 +3,9 @@
 // and per quantity it prints the two values, the error and the bound; the exit status is the
 // verdict (0: every comparison held, 1: one did not, 2: bad input).
 //
-// The fast twin is the production trainer (cpu backend, or cuda with --device cuda); with
+// The fast twin is the production trainer (cpu backend, cuda with --device cuda, or the cuda
+// backend on cuda-sim with --device cuda-sim: the shipped CUDA sources on the CPU, ranks on
+// threads, docs/CUDA-SIM.md); with
 // --fast-twin reference-double it is the double reference, held against the 50-digit reference;
 // with --fast-twin production-semantic it is the production trainer's semantic build (Real =
 // double, production/arithmetic.hpp), held to fp64 bounds: a deviation of 1e-9 stands out.
@@ -50,12 +52,13 @@ struct CheckCommandState {
   // Hold the twins to the rigorous bounds alone (no statistical bound: no finding can be a false
   // alarm of its model, at the price of bounds 10^2 to 10^6 looser, docs/EQUIVALENCE.md).
   bool rigorous_bounds = false;
-  std::string test_mutant;  // test-only (hidden): the fast twin is this mutant of the reference
+  std::string test_mutant;  // test-only (hidden): the fast twin is this mutant (of the cuda-sim twin with --device cuda-sim)
 };
 
 equivalence::TwinKind fast_twin_kind(const CheckCommandState& state, bool launched_ranks) {
   for (const equivalence::Mutant mutant : equivalence::all_mutants()) {
-    if (state.test_mutant == equivalence::to_string(mutant)) return equivalence::mutant_twin(mutant);
+    if (state.test_mutant != equivalence::to_string(mutant)) continue;
+    return state.device == "cuda-sim" ? equivalence::production_cuda_sim_twin(mutant) : equivalence::mutant_twin(mutant);
   }
   if (!state.test_mutant.empty()) {
     throw std::invalid_argument("--test-mutant " + state.test_mutant + ": no such mutant");
@@ -64,6 +67,7 @@ equivalence::TwinKind fast_twin_kind(const CheckCommandState& state, bool launch
   const equivalence::RankTransport transport =
       launched_ranks ? equivalence::RankTransport::mpi : equivalence::RankTransport::threads;
   if (state.fast_twin == "production-semantic") return equivalence::production_semantic_twin(transport);
+  if (state.device == "cuda-sim") return equivalence::production_cuda_sim_twin();
   return equivalence::production_twin(state.device == "cuda", transport);
 }
 
@@ -91,10 +95,19 @@ int run_check(const CheckCommandState& state, const production::MpiSession& sess
     }
     return 2;
   }
-  if (state.fast_twin == "production-semantic" && state.device == "cuda") {
+  if (state.device != "cpu" && state.fast_twin != "production") {
     if (session.rank() == 0) {
-      std::cerr << "error: --device cuda with --fast-twin production-semantic: the semantic build is the cpu "
-                   "backend's (production/arithmetic.hpp); fix: drop --device cuda\n";
+      std::cerr << "error: --device " << state.device << " with --fast-twin " << state.fast_twin
+                << ": only the production twin has a " << state.device << " backend (the semantic build is the "
+                << "cpu backend's, production/arithmetic.hpp); fix: drop --device " << state.device << "\n";
+    }
+    return 2;
+  }
+  if (state.device == "cuda-sim" && launched_ranks) {
+    if (session.rank() == 0) {
+      std::cerr << "error: --device cuda-sim under mpirun/srun: cuda-sim runs its ranks on threads of one process "
+                   "(NCCL is not simulated yet, docs/CUDA-SIM.md); fix: run one process with "
+                   "--tensor/--pipeline/--data-parallel-size\n";
     }
     return 2;
   }
@@ -238,8 +251,9 @@ Command add_check_command(CLI::App& parent) {
                   "reference-double (held against the 50-digit reference) (default: production)")
       ->check(CLI::IsMember({"production", "production-semantic", "reference-double"}))->group(group);
   sub->add_option("--device", state->device,
-                  "the production twin's backend: cpu | cuda (default: cpu)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))->group(group);
+                  "the production twin's backend: cpu | cuda | cuda-sim (the cuda backend with the shipped "
+                  "CUDA sources run on the CPU, ranks on threads; docs/CUDA-SIM.md) (default: cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-sim"}))->group(group);
   sub->add_option("--data-cache", state->data_cache,
                   "directory the embedded corpus is built into when no --data-path is given "
                   "(default: $TMPDIR/tandem-default-corpus)")->group(group);

@@ -1,8 +1,10 @@
 // The production trainer as a twin (twin.hpp), for one build of the production sources
-// (production/arithmetic.hpp). This file is compiled twice: as itself against tandem_production
-// (Real = float: the production-cpu, -cuda and -mpi twins) and through production_twin_semantic.cpp
-// against tandem_production_semantic (Real = double: the semantic twin). Everything but the one
-// entry point each build exports has internal linkage, so the two copies never meet.
+// (production/arithmetic.hpp). This file is compiled three times: as itself against
+// tandem_production (Real = float: the production-cpu, -cuda and -mpi twins), through
+// production_twin_semantic.cpp against tandem_production_semantic (Real = double: the semantic
+// twin), and through production_twin_cuda_sim.cpp against tandem_production_cuda_sim (the cuda
+// backend on cuda-sim, docs/CUDA-SIM.md). Everything but the one entry point each build exports
+// has internal linkage, so the copies never meet.
 #include "equivalence/production_twin.hpp"
 
 #include <filesystem>
@@ -16,7 +18,9 @@
 #include "production/local_ranks.hpp"
 #include "production/step_hooks.hpp"
 #include "production/trainer.hpp"
-#if !defined(TANDEM_PRODUCTION_SEMANTIC)
+// The semantic and cuda-sim builds have no checkpoints (their kinds say so: TwinKind::checkpoints).
+#if !defined(TANDEM_PRODUCTION_SEMANTIC) && !defined(TANDEM_PRODUCTION_CUDA_SIM)
+#define TANDEM_TWIN_CHECKPOINTS 1
 #include "production/checkpointing.hpp"
 #endif
 
@@ -47,7 +51,12 @@ class ProductionTwin final : public Twin {
     const std::string arithmetic = production::kSemanticBuild ? "fp64 semantic"
                                    : trainer.compute_dtype() == production::DType::bf16 ? "bf16"
                                                                                         : "fp32";
-    return "production<" + production::to_string(trainer.backend().device()) + ", " + arithmetic + ">, " +
+#if defined(TANDEM_PRODUCTION_CUDA_SIM)
+    const std::string device = "cuda-sim";
+#else
+    const std::string device = production::to_string(trainer.backend().device());
+#endif
+    return "production<" + device + ", " + arithmetic + ">, " +
            layout_text(trainer.config()) + ranks_.transport_text() +
            (trainer.distributed_optimizer() ? ", distributed optimizer" : "") +
            (trainer.overlaps_grad_reduce() ? ", overlapped gradient reduce in " +
@@ -104,21 +113,21 @@ class ProductionTwin final : public Twin {
   // Production consumes the shipped Sample as the provider builds it (no device-side rebuild).
   Sample consumed_sample(std::int64_t global_index) const override { return samples_(global_index); }
   // The production run's own path: one rank writes format 1; DP ranks each write their shard and
-  // each reads only its range back (production/checkpointing.hpp). The semantic build has no
-  // checkpoints (its kind says so: TwinKind::checkpoints).
+  // each reads only its range back (production/checkpointing.hpp). The semantic and cuda-sim
+  // builds have no checkpoints (their kinds say so: TwinKind::checkpoints).
   void save_checkpoint(const std::filesystem::path& directory) const override {
-#if defined(TANDEM_PRODUCTION_SEMANTIC)
+#if !defined(TANDEM_TWIN_CHECKPOINTS)
     (void)directory;
-    throw std::logic_error("the semantic production twin does not checkpoint");
+    throw std::logic_error("this build's production twin does not checkpoint");
 #else
     const std::filesystem::path agreed = agreed_directory(directory);
     ranks_.each([&](const production::Trainer& trainer, int) { production::save_trainer_checkpoint(trainer, agreed); });
 #endif
   }
   void resume_from(const std::filesystem::path& directory) override {
-#if defined(TANDEM_PRODUCTION_SEMANTIC)
+#if !defined(TANDEM_TWIN_CHECKPOINTS)
     (void)directory;
-    throw std::logic_error("the semantic production twin does not checkpoint");
+    throw std::logic_error("this build's production twin does not checkpoint");
 #else
     const std::filesystem::path agreed = agreed_directory(directory);
     ranks_.each([&](production::Trainer& trainer, int) { production::resume_trainer_from(trainer, agreed); });
@@ -230,6 +239,10 @@ ProductionTwinMaker maker(bool cuda, RankTransport transport, std::optional<Muta
 #if defined(TANDEM_PRODUCTION_SEMANTIC)
 ProductionTwinMaker semantic_production_twin_maker(RankTransport transport, std::optional<Mutant> mutant) {
   return maker(false, transport, mutant);
+}
+#elif defined(TANDEM_PRODUCTION_CUDA_SIM)
+ProductionTwinMaker cuda_sim_production_twin_maker(std::optional<Mutant> mutant) {
+  return maker(true, RankTransport::threads, mutant);
 }
 #else
 ProductionTwinMaker production_twin_maker(bool cuda, RankTransport transport, std::optional<Mutant> mutant) {

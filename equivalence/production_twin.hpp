@@ -35,5 +35,8 @@ ProductionTwinMaker production_twin_maker(bool cuda, RankTransport transport, st
 // The same trainer from the semantic build (tandem_production_semantic, Real = double): the cpu
 // backend; a bf16 case runs without --bf16 (the build has none).
 ProductionTwinMaker semantic_production_twin_maker(RankTransport transport, std::optional<Mutant> mutant);
+// The same trainer from the cuda-sim build (tandem_production_cuda_sim, docs/CUDA-SIM.md): the cuda
+// backend with the shipped CUDA sources run on the CPU; ranks on threads of this process.
+ProductionTwinMaker cuda_sim_production_twin_maker(std::optional<Mutant> mutant);
 
 }  // namespace tandem::equivalence

@@ -362,6 +362,28 @@ bool is_production_side(Mutant mutant) {
          is_semantic_side(mutant) || is_precision_side(mutant);
 }
 
+TwinKind production_cuda_sim_twin(std::optional<Mutant> mutant) {
+  if (mutant && (!is_production_side(*mutant) || is_semantic_side(*mutant))) {
+    throw std::invalid_argument("--test-mutant " + to_string(*mutant) +
+                                " on cuda-sim: only the production trainer's own data-, tensor-, pipeline-parallel "
+                                "and precision mutants switch on in its cuda build");
+  }
+  TwinKind kind;
+  kind.name = mutant ? "mutant-" + to_string(*mutant) + "-cuda-sim" : "production-cuda-sim";
+  kind.description = "production trainer (production/trainer.hpp), cuda backend on cuda-sim (the shipped CUDA "
+                     "sources on the CPU, docs/CUDA-SIM.md), fp32 main state, TP x PP x DP ranks on threads of "
+                     "this process sharing the one simulated device (exchanges staged through host memory)";
+  kind.precision = fp32();
+  kind.compute_follows_bf16 = true;
+  kind.checkpoints = false;        // the cuda-sim build has no checkpointing (docs/CUDA-SIM.md "Not yet")
+  kind.injects_any_value = false;  // production::FaultSchedule: NaN at element 0
+  if (mutant) kind.description += ", with the mutant " + to_string(*mutant);
+  const ProductionTwinMaker maker = cuda_sim_production_twin_maker(mutant);
+  kind.make = maker.make;
+  kind.adamw_element = maker.adamw_element;
+  return kind;
+}
+
 TwinKind mutant_twin(Mutant mutant, bool at_production_tolerance) {
   if (is_production_side(mutant)) {
     if (is_semantic_side(mutant)) {

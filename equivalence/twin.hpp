@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,12 @@ TwinKind production_twin(bool cuda, RankTransport transport = RankTransport::thr
 // exchanges staged through host memory (production/collectives/staged.hpp): tensor
 // parallelism's CUDA path on a machine with one device.
 TwinKind production_cuda_ranks_twin();
+// The cuda backend on cuda-sim (docs/CUDA-SIM.md): the production trainer's cuda build with the
+// shipped CUDA sources run on the CPU, any TP x PP x DP as ranks on threads of this process, their
+// exchanges staged through host memory as on one GPU. No GPU needed; no checkpoints. `mutant`: one
+// of the production trainer's own mutants (is_production_side, not a semantic-build one) switched
+// on, as a negative control of the cuda build; std::invalid_argument for any other.
+TwinKind production_cuda_sim_twin(std::optional<Mutant> mutant = std::nullopt);
 // The production trainer from the semantic build of its sources (production/arithmetic.hpp: Real
 // = double, the cpu backend): the same orchestration with rounding at 2^-53, held to fp64 bounds,
 // so that a semantic deviation of 1e-9 stands far outside them. No checkpoints, no bf16 (a bf16

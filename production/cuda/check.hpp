@@ -9,7 +9,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace tandem::cuda {
+#include "production/cuda/target.hpp"
+
+namespace tandem::cuda::inline TANDEM_CUDA_TARGET {
 
 [[noreturn]] inline void throw_cuda_error(const char* call, cudaError_t status, const char* file,
                                           int line) {
@@ -25,7 +27,7 @@ namespace tandem::cuda {
                            std::to_string(line));
 }
 
-}  // namespace tandem::cuda
+}  // namespace tandem::cuda::inline TANDEM_CUDA_TARGET
 
 // TANDEM_CUDA_CHECK(cudaMalloc(&p, bytes)) throws "cudaMalloc(&p, bytes) failed: ...".
 #define TANDEM_CUDA_CHECK(call)                                                  \

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-namespace tandem::cuda {
+namespace tandem::cuda::inline TANDEM_CUDA_TARGET {
 
 int device_count() {
   int count = 0;
@@ -41,4 +41,4 @@ DeviceMemory device_memory(int index) {
   return memory;
 }
 
-}  // namespace tandem::cuda
+}  // namespace tandem::cuda::inline TANDEM_CUDA_TARGET

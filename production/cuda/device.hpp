@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <string>
 
-namespace tandem::cuda {
+#include "production/cuda/target.hpp"
+
+namespace tandem::cuda::inline TANDEM_CUDA_TARGET {
 
 // Number of CUDA devices that answer; 0 when the runtime reports any error.
 int device_count();
@@ -23,4 +25,4 @@ struct DeviceMemory {
 // Throws std::runtime_error naming the CUDA error when the device does not answer.
 DeviceMemory device_memory(int index);
 
-}  // namespace tandem::cuda
+}  // namespace tandem::cuda::inline TANDEM_CUDA_TARGET

@@ -17,7 +17,7 @@
 #include "production/cuda/check.hpp"
 #include "production/kernels/gemm.hpp"
 
-namespace tandem::cuda {
+namespace tandem::cuda::inline TANDEM_CUDA_TARGET {
 namespace {
 
 using production::DType;
@@ -163,7 +163,7 @@ std::string gemm_algorithm_log() {
   return text;
 }
 
-}  // namespace tandem::cuda
+}  // namespace tandem::cuda::inline TANDEM_CUDA_TARGET
 
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 

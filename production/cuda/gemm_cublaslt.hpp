@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <string>
 
-namespace tandem::cuda {
+#include "production/cuda/target.hpp"
+
+namespace tandem::cuda::inline TANDEM_CUDA_TARGET {
 
 // The workspace every GEMM gets: the first kGemmWorkspaceBytes of the backend's workspace.
 inline constexpr std::int64_t kGemmWorkspaceBytes = std::int64_t{32} << 20;
@@ -27,4 +29,4 @@ std::string gemm_policy();
 //  stages 8 splitk 1 reduction 0 swizzle 0 custom 0 waves 0.97".
 std::string gemm_algorithm_log();
 
-}  // namespace tandem::cuda
+}  // namespace tandem::cuda::inline TANDEM_CUDA_TARGET
