@@ -136,7 +136,11 @@ FunctionLimits& function_limits() {
   return limits;
 }
 
+// The thread order: chosen from the environment at the first launch, or by set_thread_order. Read
+// and set under a mutex on the launching (host) thread only: a launch takes its order at the call
+// (prepare_launch), so streams' workers never read it.
 struct OrderState {
+  std::mutex mutex;
   bool chosen = false;
   OrderSetting setting;
 };
@@ -420,12 +424,15 @@ OrderSetting order_from_environment() {
 }
 
 void set_thread_order(OrderSetting setting) {
-  order_state().setting = setting;
-  order_state().chosen = true;
+  OrderState& state = order_state();
+  const std::lock_guard lock(state.mutex);
+  state.setting = setting;
+  state.chosen = true;
 }
 
 OrderSetting thread_order() {
   OrderState& state = order_state();
+  const std::lock_guard lock(state.mutex);
   if (!state.chosen) {
     state.setting = order_from_environment();
     state.chosen = true;
@@ -442,18 +449,29 @@ std::string describe(OrderSetting setting) {
   return "?";
 }
 
-std::uint64_t launch_count() { return launches.load(); }
+std::uint64_t launch_count() { return launches.load(std::memory_order_relaxed); }
 
 bool in_kernel() { return current.thread != nullptr; }
 
-void launch(const LaunchSite& site, const std::function<void()>& thread_body) {
+PreparedLaunch prepare_launch(const LaunchSite& site) {
   check_configuration(site);
   if (in_kernel()) {
     throw KernelFault(std::string("cuda-sim: launch of ") + site.kernel + " at " + site.file + ":" +
                       std::to_string(site.line) + " from inside a kernel (dynamic parallelism is not simulated)");
   }
-  const OrderSetting setting = thread_order();
-  const std::uint64_t launch_number = launches.fetch_add(1);
+  // Relaxed: the number only names the launch; a stronger order would make every launch on one
+  // stream's worker happen-before the next launch on another's, hiding a race from ThreadSanitizer.
+  return PreparedLaunch{site, thread_order(), launches.fetch_add(1, std::memory_order_relaxed)};
+}
+
+void launch(const LaunchSite& site, const std::function<void()>& thread_body) {
+  run_prepared(prepare_launch(site), thread_body);
+}
+
+void run_prepared(const PreparedLaunch& prepared, const std::function<void()>& thread_body) {
+  const LaunchSite& site = prepared.site;
+  const OrderSetting setting = prepared.order;
+  const std::uint64_t launch_number = prepared.number;
   ctx::pooled_fixedsize_stack stacks(kStackBytes);
   const Dim3 g = site.grid;
   std::uint64_t block_number = 0;
