@@ -66,7 +66,7 @@ struct Operation {
 
 struct CUstream_st {
   unsigned int flags = 0;
-  std::uint64_t creation = 0;  // 1, 2, ... in creation order: deferred mode prefers the newest
+  std::uint64_t creation = 0;  // 1, 2, ... in creation order: the deferred modes' preference
   std::mutex mutex;
   std::condition_variable changed;  // an operation queued or finished, or the worker told to stop
   std::deque<tandem::cuda_sim::Operation> queue;
@@ -167,18 +167,21 @@ bool can_run(const Operation& operation) {
   return operation.wait_for == nullptr || sticky_error() != cudaSuccess || operation.wait_for->is_reached();
 }
 
-// deferred mode: runs queued operations on the calling (host) thread until `done`, one at a time,
-// each the head of the most recently created stream whose head can run. Every wait is for a
+// The deferred modes: run queued operations on the calling (host) thread until `done`, one at a
+// time, each the head of the most recently created stream whose head can run (deferred_oldest:
+// the least recently created). Every wait is for a
 // record queued before it (cudaStreamWaitEvent takes the event's record at the call), so some
 // head can always run while work is left; were none to, that is reported as the sticky error,
 // and the queues are then emptied without running anything, rather than hanging.
 template <class Done>
 void run_deferred(Streams& registry, Done done) {
+  const bool newest_first = registry.mode != StreamMode::deferred_oldest;
+  const std::size_t count = registry.all.size();
   while (!done()) {
     CUstream_st* chosen = nullptr;
     std::string blocked;
-    for (auto it = registry.all.rbegin(); it != registry.all.rend(); ++it) {
-      CUstream_st* stream = *it;
+    for (std::size_t rank = 0; rank < count; ++rank) {
+      CUstream_st* stream = registry.all[newest_first ? count - 1 - rank : rank];
       const std::lock_guard lock(stream->mutex);
       if (stream->queue.empty()) continue;
       if (can_run(stream->queue.front())) {
@@ -190,7 +193,7 @@ void run_deferred(Streams& registry, Done done) {
     if (chosen == nullptr) {
       if (blocked.empty()) return;  // nothing queued anywhere: `done` waits for nothing a stream holds
       record_error(cudaErrorLaunchFailure,
-                   "cuda-sim (TANDEM_CUDA_SIM_STREAMS=deferred): every stream with work left waits for an event "
+                   "cuda-sim (TANDEM_CUDA_SIM_STREAMS=" + describe(registry.mode) + "): every stream with work left waits for an event "
                    "record no stream can reach (" + blocked + ", numbered in creation order)",
                    true);
       continue;
@@ -208,7 +211,7 @@ void run_deferred(Streams& registry, Done done) {
 // Waits until every stream `selected` picks has run everything queued on it.
 template <class Select>
 void drain(Streams& registry, Select selected) {
-  if (mode_locked(registry) == StreamMode::deferred) {
+  if (mode_locked(registry) != StreamMode::threads) {
     run_deferred(registry, [&] {
       for (CUstream_st* stream : registry.all) {
         if (selected(stream) && !is_idle(stream)) return false;
@@ -243,10 +246,11 @@ StreamMode stream_mode_from_environment() {
   const std::string value(text);
   if (value == "threads") return StreamMode::threads;
   if (value == "deferred") return StreamMode::deferred;
+  if (value == "deferred-oldest") return StreamMode::deferred_oldest;
   throw std::invalid_argument("TANDEM_CUDA_SIM_STREAMS=\"" + value +
-                              "\": the streams' scheduling must be threads (a worker thread per stream) or deferred "
-                              "(a stream's work runs when the host waits for it, the newest stream first); fix: one "
-                              "of those, or unset for threads");
+                              "\": the streams' scheduling must be threads (a worker thread per stream), deferred (a "
+                              "stream's work runs when the host waits for it, the newest stream first) or "
+                              "deferred-oldest (the same, the oldest first); fix: one of those, or unset for threads");
 }
 
 StreamMode stream_mode() {
@@ -270,6 +274,7 @@ std::string describe(StreamMode mode) {
   switch (mode) {
     case StreamMode::threads: return "threads";
     case StreamMode::deferred: return "deferred";
+    case StreamMode::deferred_oldest: return "deferred-oldest";
   }
   return "?";
 }
@@ -447,7 +452,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   // The null stream is the host's: it waits here.
   try {
     tandem::cuda_sim::drain_blocking(registry);
-    if (tandem::cuda_sim::mode_locked(registry) == StreamMode::deferred) {
+    if (tandem::cuda_sim::mode_locked(registry) != StreamMode::threads) {
       tandem::cuda_sim::run_deferred(registry, [&record] {
         return tandem::cuda_sim::sticky_error() != cudaSuccess || record->is_reached();
       });

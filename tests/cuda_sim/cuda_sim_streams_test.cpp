@@ -166,6 +166,26 @@ TEST_F(DeferredStreams, ARemovedWaitGivesTheWrongResultOnEveryRun) {
   }
 }
 
+class OldestFirstStreams : public StreamsIn {
+ protected:
+  OldestFirstStreams() : StreamsIn(StreamMode::deferred_oldest) {}
+};
+
+// The other half: the consumer on the older stream lacks its wait for the newer stream's producer.
+// Newest first would run the producer first and hide it; oldest first reads x before it is written.
+TEST_F(OldestFirstStreams, ARemovedWaitForANewerStreamsWorkGivesTheWrongResultOnEveryRun) {
+  for (int run = 0; run < 3; ++run) {
+    DeviceFloats x, y;
+    ASSERT_EQ(cudaMemsetAsync(x.data, 0, kCount * sizeof(float)), cudaSuccess);
+    OwnedStream older, newer;
+    TANDEM_LAUNCH(1, kCount, 0, newer.stream, fill_kernel)(x.data, 1.0f);
+    TANDEM_LAUNCH(1, kCount, 0, older.stream, add_kernel)(x.data, x.data, y.data);  // no wait for newer
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(x.wrong(1.0f), 0);
+    EXPECT_EQ(y.wrong(0.0f + 0.0f), 0) << "run " << run << ": the older stream did not run ahead of the newer";
+  }
+}
+
 // CUDA's rule: a wait is for the event's record at the time of the call, not for one made later.
 // first: x = 1 -> e (record 1); second waits (record 1); first: x = 2 -> e (record 2). The newer
 // stream runs as soon as record 1 is reached: y = 1 + 1; a wait for record 2 would give 4.
@@ -229,8 +249,8 @@ TEST_P(Streams, AFaultInAKernelOnAStreamIsStickyForTheNextSynchronizeAndEveryLat
   std::vector<float> host(kCount, 7.0f);
   OwnedStream stream;
   TANDEM_LAUNCH(1, 32, 0, stream.stream, divergent_barrier_kernel)(x.data);
-  // In deferred mode nothing has run yet; in threads mode the worker may already have faulted.
-  if (GetParam() == StreamMode::deferred) {
+  // Deferred, nothing has run yet; in threads mode the worker may already have faulted.
+  if (GetParam() != StreamMode::threads) {
     EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the launch itself was valid";
   }
   TANDEM_LAUNCH(1, kCount, 0, stream.stream, fill_kernel)(y.data, 1.0f);  // queued behind the fault
@@ -316,9 +336,10 @@ TEST_P(Streams, CopiesAndMemsetsHoldTheirArgumentsByValue) {
   EXPECT_EQ(kept_wrong, 0) << "the memset wrote past its byte count";
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, Streams, ::testing::Values(StreamMode::threads, StreamMode::deferred),
+INSTANTIATE_TEST_SUITE_P(Modes, Streams, ::testing::Values(StreamMode::threads, StreamMode::deferred, StreamMode::deferred_oldest),
                          [](const ::testing::TestParamInfo<StreamMode>& info) {
-                           return tandem::cuda_sim::describe(info.param);
+                           return info.param == StreamMode::deferred_oldest ? std::string("deferred_oldest")
+                                                                            : tandem::cuda_sim::describe(info.param);
                          });
 
 TEST(CudaSimStreams, TheEnvironmentNamesTheModeAndAnythingElseIsRefusedWithTheChoices) {
@@ -326,6 +347,8 @@ TEST(CudaSimStreams, TheEnvironmentNamesTheModeAndAnythingElseIsRefusedWithTheCh
   const std::string restore = saved == nullptr ? "" : saved;
   setenv("TANDEM_CUDA_SIM_STREAMS", "deferred", 1);
   EXPECT_EQ(tandem::cuda_sim::stream_mode_from_environment(), StreamMode::deferred);
+  setenv("TANDEM_CUDA_SIM_STREAMS", "deferred-oldest", 1);
+  EXPECT_EQ(tandem::cuda_sim::stream_mode_from_environment(), StreamMode::deferred_oldest);
   setenv("TANDEM_CUDA_SIM_STREAMS", "threads", 1);
   EXPECT_EQ(tandem::cuda_sim::stream_mode_from_environment(), StreamMode::threads);
   unsetenv("TANDEM_CUDA_SIM_STREAMS");
@@ -337,7 +360,8 @@ TEST(CudaSimStreams, TheEnvironmentNamesTheModeAndAnythingElseIsRefusedWithTheCh
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("TANDEM_CUDA_SIM_STREAMS=\"fifo\""), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("threads"), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("deferred"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("deferred (a"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("deferred-oldest"), std::string::npos) << error.what();
   }
   if (saved == nullptr) {
     unsetenv("TANDEM_CUDA_SIM_STREAMS");
