@@ -186,6 +186,23 @@ TEST_F(OldestFirstStreams, ARemovedWaitForANewerStreamsWorkGivesTheWrongResultOn
   }
 }
 
+// The same missing wait in threads mode is a data race in the C++ memory model, as it is on a
+// device: nothing the two workers share orders the second stream's reads after the first's
+// writes. A race on purpose, so it runs only where ThreadSanitizer judges it: ctest in a
+// -DTANDEM_TSAN=ON build (tests/cuda_sim/CMakeLists.txt) passes only if TSan reports it; the
+// ordinary builds do not register it.
+TEST_F(ThreadStreams, ARemovedWaitIsADataRaceThreadSanitizerReports) {
+  const char* armed = std::getenv("TANDEM_CUDA_SIM_RACE_ON_PURPOSE");
+  if (armed == nullptr || std::string(armed) != "1") {
+    GTEST_SKIP() << "a data race on purpose: set TANDEM_CUDA_SIM_RACE_ON_PURPOSE=1 under ThreadSanitizer";
+  }
+  DeviceFloats x, y;
+  OwnedStream first, second;
+  TANDEM_LAUNCH(1, kCount, 0, first.stream, fill_kernel)(x.data, 1.0f);
+  TANDEM_LAUNCH(1, kCount, 0, second.stream, add_kernel)(x.data, x.data, y.data);  // no wait for first
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // CUDA's rule: a wait is for the event's record at the time of the call, not for one made later.
 // first: x = 1 -> e (record 1); second waits (record 1); first: x = 2 -> e (record 2). The newer
 // stream runs as soon as record 1 is reached: y = 1 + 1; a wait for record 2 would give 4.
