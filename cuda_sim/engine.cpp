@@ -35,6 +35,9 @@
 #if defined(TANDEM_CUDA_SIM_ASAN)
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(TANDEM_CUDA_SIM_TSAN)
+#include <sanitizer/tsan_interface.h>
+#endif
 
 // The built-in variables of the thread the engine is running (each block runs on an OS thread of
 // its own, so thread_local is the block's).
@@ -92,6 +95,28 @@ void switch_end([[maybe_unused]] void* fake_stack, [[maybe_unused]] StackRange* 
 #endif
 }
 
+// ThreadSanitizer's context of a fiber (the TSan build): TSan keeps a shadow stack and a clock per
+// context and must be told of each switch, or every fiber's accesses look like the OS thread's
+// with a stack that never unwinds. Switches pass flag 0: they synchronize, since a block's fibers
+// do run one after another on one OS thread.
+struct TsanFiber {
+  void* context = nullptr;
+#if defined(TANDEM_CUDA_SIM_TSAN)
+  static TsanFiber create() { return TsanFiber{__tsan_create_fiber(0)}; }
+  static TsanFiber running() { return TsanFiber{__tsan_get_current_fiber()}; }
+  void switch_to() const { __tsan_switch_to_fiber(context, 0); }
+  void destroy() {
+    if (context != nullptr) __tsan_destroy_fiber(context);
+    context = nullptr;
+  }
+#else
+  static TsanFiber create() { return {}; }
+  static TsanFiber running() { return {}; }
+  void switch_to() const {}
+  void destroy() {}
+#endif
+};
+
 // Thrown at a waiting thread's suspension point when its block is abandoned after a fault: its
 // stack unwinds as an exception's would, through the same annotated switches.
 struct Abandon {};
@@ -101,6 +126,8 @@ struct SimThread {
   ctx::fiber engine;  // the engine's continuation, while the thread runs
   StackRange stack;         // the fiber's
   StackRange engine_stack;  // the engine's OS thread's
+  TsanFiber tsan;           // the fiber's ThreadSanitizer context, and the engine's
+  TsanFiber tsan_engine;
   bool abandon = false;
   uint3 index{};
   int linear = 0;
@@ -136,7 +163,11 @@ FunctionLimits& function_limits() {
   return limits;
 }
 
+// The thread order: chosen from the environment at the first launch, or by set_thread_order. Read
+// and set under a mutex on the launching (host) thread only: a launch takes its order at the call
+// (prepare_launch), so streams' workers never read it.
 struct OrderState {
+  std::mutex mutex;
   bool chosen = false;
   OrderSetting setting;
 };
@@ -212,6 +243,7 @@ std::vector<int> resume_order(int threads, OrderSetting setting, std::uint64_t l
 void suspend(SimThread& thread) {
   void* fake_stack = nullptr;
   switch_begin(&fake_stack, thread.engine_stack);
+  thread.tsan_engine.switch_to();
   thread.engine = std::move(thread.engine).resume();
   switch_end(fake_stack, &thread.engine_stack);
   if (thread.abandon) throw Abandon{};
@@ -221,6 +253,7 @@ void suspend(SimThread& thread) {
 void resume(SimThread& thread) {
   void* fake_stack = nullptr;
   switch_begin(&fake_stack, thread.stack);
+  thread.tsan.switch_to();
   thread.fiber = std::move(thread.fiber).resume();
   switch_end(fake_stack, nullptr);
 }
@@ -345,11 +378,20 @@ void run_block(const LaunchSite& site, const std::function<void()>& thread_body,
   const Dim3 b = site.block;
   const int count = static_cast<int>(b.x * b.y * b.z);
   std::vector<SimThread> threads(static_cast<std::size_t>(count));
+  // The threads' TSan contexts end with the block (every fiber has exited or unwound by then).
+  struct DestroyContexts {
+    std::vector<SimThread>& threads;
+    ~DestroyContexts() {
+      for (SimThread& thread : threads) thread.tsan.destroy();
+    }
+  } destroy_contexts{threads};
   for (int t = 0; t < count; ++t) {
     SimThread& thread = threads[static_cast<std::size_t>(t)];
     thread.linear = t;
     thread.index = uint3{static_cast<unsigned int>(t) % b.x, (static_cast<unsigned int>(t) / b.x) % b.y,
                          static_cast<unsigned int>(t) / (b.x * b.y)};
+    thread.tsan = TsanFiber::create();
+    thread.tsan_engine = TsanFiber::running();
     thread.fiber = ctx::fiber(std::allocator_arg, RecordingStacks{&stacks, &thread.stack},
                               [&thread, &thread_body](ctx::fiber&& engine) {
                                 switch_end(nullptr, &thread.engine_stack);
@@ -365,6 +407,7 @@ void run_block(const LaunchSite& site, const std::function<void()>& thread_body,
                                 }
                                 thread.state = State::exited;
                                 switch_begin(nullptr, thread.engine_stack);
+                                thread.tsan_engine.switch_to();
                                 return std::move(thread.engine);
                               });
   }
@@ -420,12 +463,15 @@ OrderSetting order_from_environment() {
 }
 
 void set_thread_order(OrderSetting setting) {
-  order_state().setting = setting;
-  order_state().chosen = true;
+  OrderState& state = order_state();
+  const std::lock_guard lock(state.mutex);
+  state.setting = setting;
+  state.chosen = true;
 }
 
 OrderSetting thread_order() {
   OrderState& state = order_state();
+  const std::lock_guard lock(state.mutex);
   if (!state.chosen) {
     state.setting = order_from_environment();
     state.chosen = true;
@@ -442,18 +488,29 @@ std::string describe(OrderSetting setting) {
   return "?";
 }
 
-std::uint64_t launch_count() { return launches.load(); }
+std::uint64_t launch_count() { return launches.load(std::memory_order_relaxed); }
 
 bool in_kernel() { return current.thread != nullptr; }
 
-void launch(const LaunchSite& site, const std::function<void()>& thread_body) {
+PreparedLaunch prepare_launch(const LaunchSite& site) {
   check_configuration(site);
   if (in_kernel()) {
     throw KernelFault(std::string("cuda-sim: launch of ") + site.kernel + " at " + site.file + ":" +
                       std::to_string(site.line) + " from inside a kernel (dynamic parallelism is not simulated)");
   }
-  const OrderSetting setting = thread_order();
-  const std::uint64_t launch_number = launches.fetch_add(1);
+  // Relaxed: the number only names the launch; a stronger order would make every launch on one
+  // stream's worker happen-before the next launch on another's, hiding a race from ThreadSanitizer.
+  return PreparedLaunch{site, thread_order(), launches.fetch_add(1, std::memory_order_relaxed)};
+}
+
+void launch(const LaunchSite& site, const std::function<void()>& thread_body) {
+  run_prepared(prepare_launch(site), thread_body);
+}
+
+void run_prepared(const PreparedLaunch& prepared, const std::function<void()>& thread_body) {
+  const LaunchSite& site = prepared.site;
+  const OrderSetting setting = prepared.order;
+  const std::uint64_t launch_number = prepared.number;
   ctx::pooled_fixedsize_stack stacks(kStackBytes);
   const Dim3 g = site.grid;
   std::uint64_t block_number = 0;

@@ -67,9 +67,23 @@ struct InvalidLaunchArgument : KernelFault {
   using KernelFault::KernelFault;
 };
 
+// What a launch call settles on the calling thread, before the launch runs (later, on a stream's
+// worker, when the stream is not the null stream): its configuration checked, the thread order in
+// force at the call and the launch's number (random order's draw), so neither depends on when the
+// launch runs.
+struct PreparedLaunch {
+  LaunchSite site;
+  OrderSetting order;
+  std::uint64_t number = 0;
+};
+// Throws InvalidConfiguration or InvalidLaunchArgument for a launch sm_90 refuses, KernelFault for
+// a launch from inside a kernel; takes the order and the next launch number.
+PreparedLaunch prepare_launch(const LaunchSite& site);
 // Runs `thread_body` once per thread of the launch, with threadIdx, blockIdx, blockDim and gridDim
 // set, block after block (x fastest). Throws KernelFault on a fault; an exception thrown by the
 // body ends the launch and is rethrown.
+void run_prepared(const PreparedLaunch& launch, const std::function<void()>& thread_body);
+// prepare_launch, then run_prepared.
 void launch(const LaunchSite& site, const std::function<void()>& thread_body);
 
 // Launches so far in this process (random order's per-launch draw).

@@ -1,7 +1,9 @@
 // cuda-sim's runtime state: the last error and the sticky fault, as the CUDA runtime keeps them
-// (docs/CUDA-SIM.md "Errors"), and the launch that records them.
+// (docs/CUDA-SIM.md "Errors"), devices and memory. Streams, events and the work queued on them
+// are streams.cpp's.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -10,58 +12,39 @@
 #include <string>
 
 #include "cuda_sim/include/cuda_runtime.h"
+#include "cuda_sim/runtime_internal.hpp"
 
 namespace tandem::cuda_sim {
 namespace {
 
 struct ErrorState {
-  std::mutex mutex;
+  std::mutex mutex;                  // taken to record or read an error, never to check `sticky`
   cudaError_t last = cudaSuccess;    // cleared by cudaGetLastError unless sticky
-  cudaError_t sticky = cudaSuccess;  // a fault in a kernel: every later call reports it
-  std::string text;                  // what the fault was (kernel, block, thread, line)
+  std::atomic<cudaError_t> sticky{cudaSuccess};  // a fault in a kernel: every later call reports it
+  std::string text;                  // what the error recorded last was (kernel, block, thread, line)
+  cudaError_t text_error = cudaSuccess;  // its code: cudaGetLastError clears `last`, not the text
 };
 
 ErrorState& errors() {
-  static ErrorState state;
-  return state;
-}
-
-void record(cudaError_t error, const std::string& text, bool sticky) {
-  ErrorState& state = errors();
-  const std::lock_guard lock(state.mutex);
-  if (state.sticky != cudaSuccess) return;  // the first fault is the one reported
-  state.last = error;
-  state.text = text;
-  if (sticky) state.sticky = error;
+  static ErrorState* state = new ErrorState;  // never destroyed: a stream's worker may record at exit
+  return *state;
 }
 
 }  // namespace
 
-void run_launch(const LaunchSite& site, const std::function<void()>& thread_body) {
-  {
-    ErrorState& state = errors();
-    const std::lock_guard lock(state.mutex);
-    if (state.sticky != cudaSuccess) return;  // a faulted context runs nothing more
-  }
-  try {
-    launch(site, thread_body);
-  } catch (const InvalidConfiguration& error) {
-    record(cudaErrorInvalidConfiguration, error.what(), false);
-  } catch (const InvalidLaunchArgument& error) {
-    record(cudaErrorInvalidValue, error.what(), false);
-  } catch (const std::exception& error) {
-    record(cudaErrorLaunchFailure, error.what(), true);
-  }
-}
+// Relaxed: a stale cudaSuccess only lets one more operation start, which a device allows too
+// (the fault is asynchronous to it); a stronger order would be a happens-before between every
+// two streams, hiding their races from ThreadSanitizer.
+cudaError_t sticky_error() { return errors().sticky.load(std::memory_order_relaxed); }
 
-cudaError_t run_on_stream(cudaStream_t, const std::function<void()>& work) {
-  {
-    ErrorState& state = errors();
-    const std::lock_guard lock(state.mutex);
-    if (state.sticky != cudaSuccess) return state.sticky;
-  }
-  work();
-  return cudaSuccess;
+void record_error(cudaError_t error, const std::string& text, bool sticky) {
+  ErrorState& state = errors();
+  const std::lock_guard lock(state.mutex);
+  if (state.sticky.load(std::memory_order_relaxed) != cudaSuccess) return;  // the first fault is the one reported
+  state.last = error;
+  state.text = text;
+  state.text_error = error;
+  if (sticky) state.sticky.store(error, std::memory_order_relaxed);
 }
 
 }  // namespace tandem::cuda_sim
@@ -84,31 +67,6 @@ std::size_t host_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_bytes = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page_bytes > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_bytes) : 0;
-}
-
-cudaError_t sticky_error() {
-  auto& state = tandem::cuda_sim::errors();
-  const std::lock_guard lock(state.mutex);
-  return state.sticky;
-}
-
-// Streams and events are handles only (every stream is synchronous): a distinct address each,
-// holding the flags it was made with.
-struct Flags {
-  unsigned int flags = 0;
-};
-
-template <class Handle>
-cudaError_t create_handle(Handle* handle, unsigned int flags) {
-  if (handle == nullptr) return cudaErrorInvalidValue;
-  *handle = reinterpret_cast<Handle>(new Flags{flags});
-  return cudaSuccess;
-}
-
-template <class Handle>
-cudaError_t destroy_handle(Handle handle) {
-  delete reinterpret_cast<Flags*>(handle);
-  return cudaSuccess;
 }
 
 }  // namespace
@@ -156,8 +114,10 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
   return cudaSuccess;
 }
 
+// As on a device, cudaFree first waits for the work queued on every stream (which may use it).
 cudaError_t cudaFree(void* pointer) {
   if (pointer == nullptr) return cudaSuccess;
+  tandem::cuda_sim::drain_all_streams();
   Allocations& state = allocations();
   const std::lock_guard lock(state.mutex);
   const auto found = state.sizes.find(pointer);
@@ -166,32 +126,6 @@ cudaError_t cudaFree(void* pointer) {
   state.sizes.erase(found);
   std::free(pointer);
   return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream) {
-  return tandem::cuda_sim::run_on_stream(stream, [&] { std::memset(destination, value, bytes); });
-}
-
-cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t stream) {
-  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidValue;
-  return tandem::cuda_sim::run_on_stream(stream, [&] {
-    if (bytes != 0) std::memmove(destination, source, bytes);
-  });
-}
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) { return create_handle(stream, flags); }
-cudaError_t cudaStreamDestroy(cudaStream_t stream) { return destroy_handle(stream); }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return sticky_error(); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-  return event == nullptr ? cudaErrorInvalidValue : sticky_error();
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) { return create_handle(event, flags); }
-cudaError_t cudaEventDestroy(cudaEvent_t event) { return destroy_handle(event); }
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  return event == nullptr ? cudaErrorInvalidValue : sticky_error();
 }
 
 cudaError_t cuda_sim_func_set_attribute(const void* function, cudaFuncAttribute attribute, int value) {
@@ -206,7 +140,7 @@ cudaError_t cudaGetLastError() {
   auto& state = tandem::cuda_sim::errors();
   const std::lock_guard lock(state.mutex);
   const cudaError_t error = state.last;
-  if (state.sticky == cudaSuccess) state.last = cudaSuccess;
+  if (state.sticky.load(std::memory_order_relaxed) == cudaSuccess) state.last = cudaSuccess;
   return error;
 }
 
@@ -231,7 +165,7 @@ const char* cudaGetErrorName(cudaError_t error) {
 const char* cudaGetErrorString(cudaError_t error) {
   auto& state = tandem::cuda_sim::errors();
   const std::lock_guard lock(state.mutex);
-  if (error != cudaSuccess && error == state.last && !state.text.empty()) return state.text.c_str();
+  if (error != cudaSuccess && error == state.text_error && !state.text.empty()) return state.text.c_str();
   switch (error) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
@@ -242,18 +176,15 @@ const char* cudaGetErrorString(cudaError_t error) {
   return "unrecognized error code";
 }
 
-// Launches run to completion before they return: there is nothing to wait for but the error.
-cudaError_t cudaDeviceSynchronize() {
-  auto& state = tandem::cuda_sim::errors();
-  const std::lock_guard lock(state.mutex);
-  return state.sticky;
-}
-
+// Waits for every stream's work (dropped when the context has faulted), then clears the errors;
+// streams and allocations stay (a device's reset would destroy them).
 cudaError_t cudaDeviceReset() {
+  tandem::cuda_sim::drain_all_streams();
   auto& state = tandem::cuda_sim::errors();
   const std::lock_guard lock(state.mutex);
   state.last = cudaSuccess;
-  state.sticky = cudaSuccess;
+  state.sticky.store(cudaSuccess, std::memory_order_relaxed);
   state.text.clear();
+  state.text_error = cudaSuccess;
   return cudaSuccess;
 }

@@ -34,6 +34,7 @@
 #include <utility>
 
 #include "cuda_sim/engine.hpp"
+#include "cuda_sim/streams.hpp"
 #include "cuda_sim/tensor_core.hpp"
 
 #define TANDEM_CUDA_SIM 1
@@ -140,8 +141,9 @@ cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaDeviceReset();
 
 // Devices, memory, streams and events: the one device "cuda-sim (sm_90)", memory from the host's
-// heap, and every stream synchronous with the host (work runs when it is issued, so waits and
-// synchronizes have nothing left to wait for but the sticky error; docs/CUDA-SIM.md "Streams").
+// heap, and streams whose work runs in order, asynchronously to the host, ordered between streams
+// by events only (streams.hpp's modes); the null stream runs its work on the calling thread, after
+// every blocking stream's (docs/CUDA-SIM.md "Streams").
 struct cudaDeviceProp {
   char name[256] = {};
   std::size_t totalGlobalMem = 0;
@@ -198,16 +200,19 @@ cudaError_t cudaFuncSetAttribute(Function* function, cudaFuncAttribute attribute
 
 namespace tandem::cuda_sim {
 
-// Runs a launch and records what went wrong as the runtime would: an invalid configuration as
-// cudaErrorInvalidConfiguration (cleared by cudaGetLastError), a fault inside the kernel as
-// cudaErrorLaunchFailure, sticky until cudaDeviceReset. cudaGetErrorString gives the fault's text.
-void run_launch(const LaunchSite& site, const std::function<void()>& thread_body);
+// Launches on site.stream and records what went wrong as the runtime would: at the call, an
+// invalid configuration as cudaErrorInvalidConfiguration or too much dynamic shared memory as
+// cudaErrorInvalidValue (cleared by cudaGetLastError); when the launch runs, a fault inside the
+// kernel as cudaErrorLaunchFailure, sticky until cudaDeviceReset. cudaGetErrorString gives the
+// fault's text.
+void run_launch(const LaunchSite& site, std::function<void()> thread_body);
 
-// Runs `work` in `stream`'s order (a library call such as cublasLtMatmul, a copy, a memset):
-// today at once on the calling thread, every stream synchronous with the host (docs/CUDA-SIM.md
-// "Streams"). Nothing runs once a kernel has faulted: that sticky error is returned. An exception
-// from `work` propagates to the caller.
-cudaError_t run_on_stream(cudaStream_t stream, const std::function<void()>& work);
+// Queues `work` on `stream` (a library call such as cublasLtMatmul, a copy, a memset): it runs in
+// the stream's order, after the call returns; on the null stream, on the calling thread before
+// it returns. `work` must hold by value whatever it uses of the caller's. Nothing runs once a
+// kernel has faulted: that sticky error is returned; an exception from `work` becomes the sticky
+// cudaErrorLaunchFailure with its text, as a fault in a kernel does.
+cudaError_t run_on_stream(cudaStream_t stream, std::function<void()> work);
 
 inline Dim3 to_dim3(dim3 value) { return Dim3{value.x, value.y, value.z}; }
 template <class Integer>

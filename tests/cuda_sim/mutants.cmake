@@ -220,3 +220,25 @@ tandem_cuda_sim_mutant(NAME attention_tile_drops_the_last_row
   TEST Dtypes/CudaOps.AttentionWithinTheBoundAndDeterministic/bf16
   ORDER forward
   WHY "A tail tile bound off by one: the sequence's last row of Q, K, V and the gradients loads as zeros.")
+
+# The cuda backend's second stream (production/cuda/cuda_backend.cpp, StreamLane) without either
+# of its waits: in a deferred stream order (docs/CUDA-SIM.md "Streams") the race it leaves gives
+# the same wrong sums on every run. Newest stream first runs the lane's work before the compute
+# op it needs; oldest first runs the compute op after the wait before the lane's work.
+tandem_cuda_sim_mutant(NAME lane_work_without_its_wait_for_the_compute_stream
+  FILE production/cuda/cuda_backend.cpp
+  FIND "    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(side_, issued, 0));\n"
+  REPLACE ""
+  TEST StreamLane.WorkRunsOnASecondStreamBetweenTheComputeOpsItIsOrderedWith
+  ORDER forward
+  STREAMS deferred
+  WHY "A removed cudaStreamWaitEvent: the second stream's work does not wait for the compute stream's ops issued before it.")
+
+tandem_cuda_sim_mutant(NAME compute_stream_without_its_wait_for_the_lane
+  FILE production/cuda/cuda_backend.cpp
+  FIND "if (pending_ticket == ticket) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(backend_.stream_, event, 0));"
+  REPLACE "if (pending_ticket == ticket) (void)event;"
+  TEST StreamLane.WorkRunsOnASecondStreamBetweenTheComputeOpsItIsOrderedWith
+  ORDER forward
+  STREAMS deferred-oldest
+  WHY "A removed cudaStreamWaitEvent: the compute stream's ops after lane->wait do not wait for the lane's work.")
