@@ -39,8 +39,8 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-// The built-in variables of the thread the engine is running (each block runs on an OS thread of
-// its own, so thread_local is the block's).
+// The built-in variables of the thread the engine is running (a launch's blocks run one after
+// another on an OS thread of the launch's own, so thread_local is the running block's).
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
 thread_local dim3 blockDim;
@@ -129,6 +129,7 @@ struct SimThread {
   TsanFiber tsan;           // the fiber's ThreadSanitizer context, and the engine's
   TsanFiber tsan_engine;
   bool abandon = false;
+  bool started = false;  // its runner has begun it (start_runner)
   uint3 index{};
   int linear = 0;
   State state = State::runnable;
@@ -147,7 +148,7 @@ thread_local Current current;
 
 std::atomic<std::uint64_t> launches{0};
 
-// The running block's dynamic shared memory (each block runs on an OS thread of its own).
+// The running block's dynamic shared memory (its launch's OS thread runs one block at a time).
 struct SharedBuffer {
   void* data = nullptr;
   std::size_t bytes = 0;
@@ -272,6 +273,18 @@ struct RecordingStacks {
 
 unsigned int lane_of(const SimThread& thread) { return static_cast<unsigned int>(thread.linear % kWarpSize); }
 
+// Whether two threads wait at the same call site (the pointers first: one file's __FILE__ is one
+// string in practice, and the engine compares waits at every collective and barrier).
+bool same_site(const Waiting& a, const Waiting& b) {
+  return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
+}
+
+// Whether two lanes wait at the same collective: the same call, mask, kind and size.
+bool same_collective(const SimThread& a, const SimThread& b) {
+  return same_site(a.waiting, b.waiting) && a.collective.mask == b.collective.mask &&
+         a.collective.kind == b.collective.kind && a.collective.bytes == b.collective.bytes;
+}
+
 // Completes every warp collective whose lanes have all arrived; a fault where one cannot complete.
 // Returns whether any thread became runnable.
 bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& site, uint3 block) {
@@ -279,6 +292,9 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
   const int count = static_cast<int>(threads.size());
   for (int warp_first = 0; warp_first < count; warp_first += kWarpSize) {
     const int warp_end = std::min(count, warp_first + kWarpSize);
+    // The last lane whose whole mask was found waiting at its collective: a lane of that mask at
+    // the same collective has the same mask, so its partners are already checked.
+    const SimThread* checked = nullptr;
     for (int t = warp_first; t < warp_end; ++t) {
       SimThread& thread = threads[static_cast<std::size_t>(t)];
       if (thread.state != State::at_collective) continue;
@@ -287,6 +303,7 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
         fault(site, block, "thread " + thread_text(thread) + " calls a warp shuffle at " + where(thread.waiting) +
                                " with a mask that leaves out its own lane " + std::to_string(lane_of(thread)));
       }
+      if (checked != nullptr && same_collective(thread, *checked)) continue;
       for (int lane = 0; lane < kWarpSize; ++lane) {
         if ((mask >> lane & 1u) == 0) continue;
         const int other_index = warp_first + lane;
@@ -300,9 +317,7 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
           problem = "has exited";
         } else if (other.state == State::at_barrier) {
           problem = "waits at __syncthreads at " + where(other.waiting);
-        } else if (other.waiting.line != thread.waiting.line || std::strcmp(other.waiting.file, thread.waiting.file) != 0 ||
-                   other.collective.mask != mask || other.collective.kind != thread.collective.kind ||
-                   other.collective.bytes != thread.collective.bytes) {
+        } else if (!same_collective(other, thread)) {
           problem = "waits at another warp collective, at " + where(other.waiting);
         }
         if (!problem.empty()) {
@@ -312,6 +327,7 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
                                  problem);
         }
       }
+      checked = &thread;
     }
     // Every waiting lane's partners have arrived: read the sources, then release.
     for (int t = warp_first; t < warp_end; ++t) {
@@ -361,7 +377,7 @@ bool release_barrier(std::vector<SimThread>& threads, const LaunchSite& site, ui
     if (thread.state != State::at_barrier) continue;
     if (first == nullptr) {
       first = &thread;
-    } else if (thread.waiting.line != first->waiting.line || std::strcmp(thread.waiting.file, first->waiting.file) != 0) {
+    } else if (!same_site(thread.waiting, first->waiting)) {
       fault(site, block, "threads wait at different barriers: thread " + thread_text(*first) + " at __syncthreads at " +
                              where(first->waiting) + ", thread " + thread_text(thread) + " at " + where(thread.waiting));
     }
@@ -373,45 +389,93 @@ bool release_barrier(std::vector<SimThread>& threads, const LaunchSite& site, ui
   return true;
 }
 
+// The fibers that start a block's threads (run_block): each runs not-yet-started threads one after
+// another, in the resume order, for as long as each runs to its end, so a kernel with no barrier
+// and no warp collective runs a whole block on one fiber and one stack, never switching. A thread
+// that waits keeps its runner's fiber as its own (the engine resumes it there), and the engine
+// starts a new runner at the next thread: the threads run in exactly the order the engine would
+// resume them if each had a fiber of its own.
+struct Runners {
+  std::vector<SimThread>& threads;
+  const std::vector<int>& order;
+  const std::function<void()>& thread_body;
+  ctx::pooled_fixedsize_stack& stacks;
+  std::size_t next = 0;          // the position in `order` of the next thread to start
+  SimThread* running = nullptr;  // the thread the runner last switched to ran
+  // Per runner (at most one a thread): its stack (ASan's switches) and its TSan context.
+  std::vector<StackRange> runner_stacks = std::vector<StackRange>(threads.size());
+  std::vector<TsanFiber> runner_contexts = std::vector<TsanFiber>(threads.size());
+  std::size_t started_runners = 0;
+  ~Runners() {
+    for (TsanFiber& context : runner_contexts) context.destroy();
+  }
+};
+
+// Starts a runner at the next unstarted thread and returns when the thread it runs waits, or when
+// every thread it started has exited (or one failed): `runners.running` is the last it ran.
+void start_runner(Runners& runners) {
+  const std::size_t index = runners.started_runners++;
+  StackRange* const stack = &runners.runner_stacks[index];
+  runners.runner_contexts[index] = TsanFiber::create();
+  const TsanFiber context = runners.runner_contexts[index];
+  ctx::fiber runner(std::allocator_arg, RecordingStacks{&runners.stacks, stack},
+                    [&runners, stack, context](ctx::fiber&& engine) {
+                      StackRange engine_stack;
+                      switch_end(nullptr, &engine_stack);
+                      TsanFiber tsan_engine;
+                      while (runners.next < runners.order.size()) {
+                        SimThread& thread = runners.threads[static_cast<std::size_t>(runners.order[runners.next++])];
+                        thread.started = true;
+                        thread.stack = *stack;
+                        thread.engine_stack = engine_stack;
+                        thread.tsan = context;
+                        thread.engine = std::move(engine);
+                        runners.running = &thread;
+                        current.thread = &thread;
+                        threadIdx = thread.index;
+                        try {
+                          if (!thread.abandon) runners.thread_body();  // a block abandoned before it started
+                        } catch (const Abandon&) {
+                          // the block faulted elsewhere: this thread's stack has unwound
+                        } catch (const ctx::detail::forced_unwind&) {
+                          throw;  // Boost.Context unwinding a fiber it destroys
+                        } catch (...) {
+                          thread.error = std::current_exception();
+                        }
+                        thread.state = State::exited;
+                        engine = std::move(thread.engine);  // the engine's latest continuation
+                        engine_stack = thread.engine_stack;
+                        tsan_engine = thread.tsan_engine;
+                        if (thread.error || thread.abandon) break;
+                      }
+                      switch_begin(nullptr, engine_stack);
+                      tsan_engine.switch_to();
+                      return std::move(engine);
+                    });
+  void* fake_stack = nullptr;
+  switch_begin(&fake_stack, *stack);
+  context.switch_to();
+  ctx::fiber back = std::move(runner).resume();
+  switch_end(fake_stack, nullptr);
+  runners.running->fiber = std::move(back);
+}
+
 void run_block(const LaunchSite& site, const std::function<void()>& thread_body, uint3 block, std::uint64_t launch_number,
                std::uint64_t block_number, OrderSetting setting, ctx::pooled_fixedsize_stack& stacks) {
   const Dim3 b = site.block;
   const int count = static_cast<int>(b.x * b.y * b.z);
   std::vector<SimThread> threads(static_cast<std::size_t>(count));
-  // The threads' TSan contexts end with the block (every fiber has exited or unwound by then).
-  struct DestroyContexts {
-    std::vector<SimThread>& threads;
-    ~DestroyContexts() {
-      for (SimThread& thread : threads) thread.tsan.destroy();
-    }
-  } destroy_contexts{threads};
   for (int t = 0; t < count; ++t) {
     SimThread& thread = threads[static_cast<std::size_t>(t)];
     thread.linear = t;
     thread.index = uint3{static_cast<unsigned int>(t) % b.x, (static_cast<unsigned int>(t) / b.x) % b.y,
                          static_cast<unsigned int>(t) / (b.x * b.y)};
-    thread.tsan = TsanFiber::create();
     thread.tsan_engine = TsanFiber::running();
-    thread.fiber = ctx::fiber(std::allocator_arg, RecordingStacks{&stacks, &thread.stack},
-                              [&thread, &thread_body](ctx::fiber&& engine) {
-                                switch_end(nullptr, &thread.engine_stack);
-                                thread.engine = std::move(engine);
-                                try {
-                                  if (!thread.abandon) thread_body();  // a block abandoned before it started
-                                } catch (const Abandon&) {
-                                  // the block faulted elsewhere: this thread's stack has unwound
-                                } catch (const ctx::detail::forced_unwind&) {
-                                  throw;  // Boost.Context unwinding a fiber it destroys
-                                } catch (...) {
-                                  thread.error = std::current_exception();
-                                }
-                                thread.state = State::exited;
-                                switch_begin(nullptr, thread.engine_stack);
-                                thread.tsan_engine.switch_to();
-                                return std::move(thread.engine);
-                              });
   }
   const std::vector<int> order = resume_order(count, setting, launch_number, block_number);
+  // Declared after `threads`: destroyed first, the runners' TSan contexts end with the block (every
+  // fiber has exited or unwound by then).
+  Runners runners{threads, order, thread_body, stacks};
   current.site = &site;
   current.block = block;
   blockIdx = block;
@@ -420,6 +484,12 @@ void run_block(const LaunchSite& site, const std::function<void()>& thread_body,
       for (const int t : order) {
         SimThread& thread = threads[static_cast<std::size_t>(t)];
         if (thread.state != State::runnable) continue;
+        if (!thread.started) {
+          start_runner(runners);
+          current.thread = nullptr;
+          if (runners.running->error) std::rethrow_exception(runners.running->error);
+          continue;
+        }
         current.thread = &thread;
         threadIdx = thread.index;
         resume(thread);
@@ -430,9 +500,13 @@ void run_block(const LaunchSite& site, const std::function<void()>& thread_body,
       if (!release_barrier(threads, site, block)) break;
     }
   } catch (...) {
-    // Unwind every thread still waiting, so none is destroyed suspended.
+    // Unwind every thread still waiting, so none is destroyed suspended; those never started end.
     for (SimThread& thread : threads) {
       if (thread.state == State::exited) continue;
+      if (!thread.started) {
+        thread.state = State::exited;
+        continue;
+      }
       thread.abandon = true;
       current.thread = &thread;
       resume(thread);
@@ -511,17 +585,24 @@ void run_prepared(const PreparedLaunch& prepared, const std::function<void()>& t
   const LaunchSite& site = prepared.site;
   const OrderSetting setting = prepared.order;
   const std::uint64_t launch_number = prepared.number;
-  ctx::pooled_fixedsize_stack stacks(kStackBytes);
+  // The launching thread's fiber stacks, kept from launch to launch (a stack's pages, once touched,
+  // stay mapped: a fresh pool per launch paid a page fault for every first touch). Named through a
+  // reference: in the launch's thread below, `launching_stacks` would be that thread's own.
+  static thread_local ctx::pooled_fixedsize_stack launching_stacks(kStackBytes);
+  ctx::pooled_fixedsize_stack& stacks = launching_stacks;
   const Dim3 g = site.grid;
-  std::uint64_t block_number = 0;
-  for (unsigned int z = 0; z < g.z; ++z) {
-    for (unsigned int y = 0; y < g.y; ++y) {
-      for (unsigned int x = 0; x < g.x; ++x) {
-        // Each block on an OS thread of its own: its __shared__ variables (thread_local) start
-        // zeroed, never holding what an earlier block or launch left there.
-        std::exception_ptr error;
-        std::thread block_thread([&, block = uint3{x, y, z}, number = block_number] {
-          try {
+  // A launch's blocks run one after another on an OS thread of the launch's own: a static
+  // __shared__ variable (thread_local) starts zeroed at the launch's first block, and each later
+  // block finds what the block before it left (CUDA leaves it undefined; a device's SM keeps the
+  // bytes of the block it ran before). One thread a launch, not a block: creating a thread and its
+  // TLS costs more than most blocks do.
+  std::exception_ptr error;
+  std::thread launch_thread([&] {
+    try {
+      std::uint64_t block_number = 0;
+      for (unsigned int z = 0; z < g.z; ++z) {
+        for (unsigned int y = 0; y < g.y; ++y) {
+          for (unsigned int x = 0; x < g.x; ++x) {
             // 16-byte aligned as extern __shared__ __align__(16) asks; 0xFF bytes (undefined on a device).
             const std::size_t rounded = (site.dynamic_shared_bytes + 15) / 16 * 16;
             std::unique_ptr<void, decltype(&std::free)> shared(
@@ -531,19 +612,20 @@ void run_prepared(const PreparedLaunch& prepared, const std::function<void()>& t
             block_shared = SharedBuffer{shared.get(), site.dynamic_shared_bytes};
             blockDim = dim3(site.block.x, site.block.y, site.block.z);
             gridDim = dim3(g.x, g.y, g.z);
-            run_block(site, thread_body, block, launch_number, number, setting, stacks);
-          } catch (...) {
-            error = std::current_exception();
+            run_block(site, thread_body, uint3{x, y, z}, launch_number, block_number, setting, stacks);
+            block_shared = SharedBuffer{};
+            ++block_number;
           }
-          current = Current{};
-          block_shared = SharedBuffer{};
-        });
-        block_thread.join();
-        if (error) std::rethrow_exception(error);
-        ++block_number;
+        }
       }
+    } catch (...) {
+      error = std::current_exception();
     }
-  }
+    current = Current{};
+    block_shared = SharedBuffer{};
+  });
+  launch_thread.join();
+  if (error) std::rethrow_exception(error);
 }
 
 void sync_threads(const char* file, int line) {

@@ -5,8 +5,9 @@
 // Declared here and nothing more (a kernel that needs something else fails to compile, never runs
 // on a guess):
 //   - qualifiers: __global__, __device__, __host__, __forceinline__, __launch_bounds__, __shared__
-//     (a block's own: static thread_local, each block running on an OS thread of its own, so it
-//     starts zeroed; CUDA leaves it undefined), __align__;
+//     (a block's own: static thread_local, a launch's blocks running one after another on an OS
+//     thread of the launch's own, so it starts zeroed at the launch's first block and holds what
+//     the block before left at the others; CUDA leaves it undefined), __align__;
 //   - built-ins threadIdx, blockIdx, blockDim, gridDim, warpSize; uint3, dim3, float4, uint4;
 //   - dynamic shared memory through TANDEM_DYNAMIC_SHARED (kernel_support.cuh writes it as
 //     extern __shared__ for nvcc) and its limit, cudaFuncSetAttribute with
