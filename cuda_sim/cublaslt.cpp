@@ -1,6 +1,7 @@
 // cuda-sim's cuBLASLt (include/cublasLt.h, docs/CUDA-SIM.md "cuBLASLt"): exactly the GEMMs
-// production/cuda/gemm_cublaslt.cpp asks for, computed on the CPU by the host twin
-// gemm_host_ordered (k in increasing order per element), in stream order. Whatever the project
+// production/cuda/gemm_cublaslt.cpp asks for, computed on the CPU by the host twin gemm_host
+// (one thread; the blocked kernel gives gemm_host_ordered's bits: k in increasing order per
+// element), in stream order. Whatever the project
 // does not use is CUBLAS_STATUS_NOT_SUPPORTED, never accepted on a guess.
 //
 // cuBLASLt is column-major: a layout of `rows` x `cols` with ld == rows is, read row-major, the
@@ -371,6 +372,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t oper
   std::memcpy(&params.alpha, alpha, sizeof(float));  // scale type CUDA_R_32F, host pointer mode
   std::memcpy(&params.beta, beta, sizeof(float));    // 0: C is not read (gemm_host_ordered's rule too)
   const cudaError_t error =
-      tandem::cuda_sim::run_on_stream(stream, [params] { tandem::production::gemm_host_ordered(params); });
+      tandem::cuda_sim::run_on_stream(stream, [params] { tandem::production::gemm_host(params); });
   return error == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
