@@ -36,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/run_options.hpp"
 #include "core/args.hpp"
 #include "core/model_layout.hpp"
 #include "production/backend.hpp"
@@ -299,17 +300,6 @@ std::vector<std::string> train_arguments(const TrainBench& bench) {
 }
 
 // Throws CLI::ParseError or ConfigError (main prints them and exits 2).
-RunConfig train_config(const std::vector<std::string>& arguments) {
-  CLI::App app("cuda_production_bench train");
-  RunArguments run;
-  add_run_options(app, run);
-  std::vector<std::string> reversed(arguments.rbegin(), arguments.rend());  // CLI11 pops from the back
-  app.parse(reversed);
-  LaunchContext launch;
-  launch.launched_world_size = 1;
-  return build_run_config(run, launch);
-}
-
 // Packed windows for the cuda run: a repeating stream of documents of mixed lengths (EOD
 // included), cut by concat packing (SPEC 2), so each window holds several documents and the
 // document-masked attention runs. Ids are drawn from the whole vocabulary: EOD (256) and pad (257)
@@ -470,7 +460,7 @@ bool out_of_device_memory(const std::exception& error) {
 // The train mode: the square GEMM ceiling of the device, then the run; on cuda a model that does
 // not fit is said so and retried with half the layers (printed: the figures are of what ran).
 int bench_train(TrainBench bench) {
-  RunConfig config = train_config(train_arguments(bench));  // validated even where nothing runs
+  RunConfig config = tandem::bench::run_config_from_options(train_arguments(bench), "cuda_production_bench train");  // validated even where nothing runs
   if (bench.device == Device::cuda && tandem::cuda::device_count() == 0) {
     std::printf("skip: no CUDA device answers (%s); nothing measured (it would train %s)\n",
                 tandem::cuda::device_description(0).c_str(), describe_run(config).c_str());
@@ -508,7 +498,7 @@ int bench_train(TrainBench bench) {
                   static_cast<long long>(config.model.num_layers), error.what(), static_cast<long long>(fewer));
       bench.run_arguments.emplace_back("--num-layers");
       bench.run_arguments.push_back(std::to_string(fewer));
-      config = train_config(train_arguments(bench));
+      config = tandem::bench::run_config_from_options(train_arguments(bench), "cuda_production_bench train");
     }
   }
 }
