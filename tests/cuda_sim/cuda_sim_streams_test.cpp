@@ -66,6 +66,17 @@ struct DeviceFloats {
   }
 };
 
+// gated_kernel's gate, closed, and the device int it answers in (0 until it has run).
+struct Gate {
+  std::atomic<int> open{0};
+  int* answer = nullptr;
+  Gate() {
+    EXPECT_EQ(cudaMalloc(&answer, sizeof(int)), cudaSuccess);
+    *answer = 0;
+  }
+  ~Gate() { cudaFree(answer); }
+};
+
 struct OwnedStream {
   cudaStream_t stream = nullptr;
   explicit OwnedStream(unsigned int flags = cudaStreamNonBlocking) {
@@ -121,17 +132,13 @@ TEST_F(DeferredStreams, AKernelQueuedOnAStreamHasNotRunBeforeTheHostWaitsForIt) 
 }
 
 TEST_F(ThreadStreams, ALaunchReturnsBeforeItsKernelHasRun) {
-  std::atomic<int> gate{0};
-  int* out = nullptr;
-  ASSERT_EQ(cudaMalloc(&out, sizeof(int)), cudaSuccess);
-  *out = 0;
+  Gate gate;
   OwnedStream stream;
-  TANDEM_LAUNCH(1, 1, 0, stream.stream, gated_kernel)(&gate, out);
+  TANDEM_LAUNCH(1, 1, 0, stream.stream, gated_kernel)(&gate.open, gate.answer);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  gate.store(1);  // reached only if the launch returned while its kernel waits for the gate
+  gate.open.store(1);  // reached only if the launch returned while its kernel waits for the gate
   ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
-  EXPECT_EQ(*out, 1) << "-1: the kernel ran to its end (10 s) before the launch returned";
-  cudaFree(out);
+  EXPECT_EQ(*gate.answer, 1) << "-1: the kernel ran to its end (10 s) before the launch returned";
 }
 
 // first: x = 1 -> e; second: waits e, y = x + x -> f; first: waits f, z = y + y. Exact: 4.
@@ -242,20 +249,16 @@ TEST_F(DeferredStreams, TheNullStreamWaitsForBlockingStreamsOnly) {
 // In threads mode too: a null-stream call returns while a non-blocking stream's kernel still
 // waits for the host (were it waited for, the kernel would give up after 10 s and write -1).
 TEST_F(ThreadStreams, TheNullStreamDoesNotWaitForANonBlockingStream) {
-  std::atomic<int> gate{0};
-  int* out = nullptr;
-  ASSERT_EQ(cudaMalloc(&out, sizeof(int)), cudaSuccess);
-  *out = 0;
+  Gate gate;
   DeviceFloats x;
   OwnedStream non_blocking(cudaStreamNonBlocking);
-  TANDEM_LAUNCH(1, 1, 0, non_blocking.stream, gated_kernel)(&gate, out);
+  TANDEM_LAUNCH(1, 1, 0, non_blocking.stream, gated_kernel)(&gate.open, gate.answer);
   TANDEM_LAUNCH(1, kCount, 0, nullptr, fill_kernel)(x.data, 1.0f);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(x.wrong(1.0f), 0);
-  gate.store(1);
+  gate.open.store(1);
   ASSERT_EQ(cudaStreamSynchronize(non_blocking.stream), cudaSuccess);
-  EXPECT_EQ(*out, 1) << "-1: the null stream's launch waited for the non-blocking stream";
-  cudaFree(out);
+  EXPECT_EQ(*gate.answer, 1) << "-1: the null stream's launch waited for the non-blocking stream";
 }
 
 // A fault raised while the launch runs (on a stream's worker in threads mode) is the next
