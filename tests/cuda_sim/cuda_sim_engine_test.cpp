@@ -249,6 +249,44 @@ TEST_F(CudaSim, TheOrdersAreForwardReverseAndASeededPermutationPerLaunch) {
   EXPECT_NE(first, second) << "each launch draws its own permutation";
 }
 
+// Every third thread exits before the barrier; the others record again after it (+100). The
+// engine starts threads on shared fibers while each runs to its end (engine.cpp's runners): the
+// threads must still run in the order, before the barrier and after it.
+__global__ void arrival_around_a_barrier_kernel() {
+  arrival.push_back(static_cast<int>(threadIdx.x));
+  if (threadIdx.x % 3 == 0) return;
+  __syncthreads();
+  arrival.push_back(100 + static_cast<int>(threadIdx.x));
+}
+
+TEST_F(CudaSim, ThreadsRunInTheOrderBeforeAndAfterABarrierThatSomeOfThemNeverReach) {
+  for (const OrderSetting order : {OrderSetting{ThreadOrder::forward, 0}, OrderSetting{ThreadOrder::reverse, 0},
+                                   OrderSetting{ThreadOrder::random, 9}}) {
+    arrival.clear();
+    tandem::cuda_sim::set_thread_order(order);
+    TANDEM_LAUNCH(1, 64, 0, nullptr, arrival_around_a_barrier_kernel)();
+    tandem::cuda_sim::set_thread_order(tandem::cuda_sim::order_from_environment());
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    ASSERT_EQ(arrival.size(), 64u + 42u) << tandem::cuda_sim::describe(order);
+    const std::vector<int> first(arrival.begin(), arrival.begin() + 64);  // the order itself
+    std::vector<int> sorted = first;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> all(64);
+    std::iota(all.begin(), all.end(), 0);
+    ASSERT_EQ(sorted, all) << tandem::cuda_sim::describe(order);
+    if (order.order == ThreadOrder::forward) {
+      EXPECT_EQ(first, all);
+    } else if (order.order == ThreadOrder::reverse) {
+      EXPECT_EQ(first, std::vector<int>(all.rbegin(), all.rend()));
+    }
+    std::vector<int> after;  // the waiting threads, in the same order
+    for (const int t : first) {
+      if (t % 3 != 0) after.push_back(100 + t);
+    }
+    EXPECT_EQ(std::vector<int>(arrival.begin() + 64, arrival.end()), after) << tandem::cuda_sim::describe(order);
+  }
+}
+
 TEST(CudaSimOrder, TheEnvironmentNamesTheOrderAndAnythingElseIsRefusedWithTheChoices) {
   const char* saved = std::getenv("TANDEM_CUDA_SIM_ORDER");
   const std::string restore = saved == nullptr ? "" : saved;
