@@ -17,6 +17,7 @@
 #include <limits>
 #include <new>
 
+#include "cuda_sim/checks.hpp"
 #include "production/kernels/gemm.hpp"
 
 struct cublasLtContext {
@@ -372,6 +373,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t oper
   std::memcpy(&params.alpha, alpha, sizeof(float));  // scale type CUDA_R_32F, host pointer mode
   std::memcpy(&params.beta, beta, sizeof(float));    // 0: C is not read (gemm_host_ordered's rule too)
   const cudaError_t error =
-      tandem::cuda_sim::run_on_stream(stream, [params] { tandem::production::gemm_host(params); });
+      tandem::cuda_sim::run_on_stream(stream, [params] {
+        tandem::production::gemm_host(params);
+        if (const auto* checks = tandem::cuda_sim::device_memory_checks()) {
+          checks->written(params.c, static_cast<std::size_t>(params.m * params.n * tandem::production::dtype_bytes(params.c_dtype)));
+        }
+      });
   return error == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_sim/checks.hpp"
 #include "cuda_sim/include/cuda_runtime.h"
 
 #if defined(TANDEM_CUDA_SIM_ASAN)
@@ -154,6 +155,14 @@ struct SharedBuffer {
   std::size_t bytes = 0;
 };
 thread_local SharedBuffer block_shared;
+
+// The hazard checks' hooks (checks.hpp): set once, before any launch.
+EngineChecks checks;
+
+// The bytes a block's dynamic shared buffer takes: 16-byte aligned, and the checks' red zone.
+std::size_t shared_allocation_bytes(std::size_t requested) {
+  return requested == 0 ? 0 : (requested + 15) / 16 * 16 + kSharedRedZoneBytes;
+}
 
 struct FunctionLimits {
   std::mutex mutex;
@@ -359,13 +368,16 @@ bool complete_collectives(std::vector<SimThread>& threads, const LaunchSite& sit
       }
       thread.collective.result = threads[static_cast<std::size_t>(warp_first + source)].collective.bits;
     }
+    bool released = false;
     for (int t = warp_first; t < warp_end; ++t) {
       SimThread& thread = threads[static_cast<std::size_t>(t)];
       if (thread.state == State::at_collective) {
         thread.state = State::runnable;
-        progressed = true;
+        released = true;
       }
     }
+    if (released && checks.warp_synchronized != nullptr) checks.warp_synchronized(warp_first / kWarpSize);
+    progressed = progressed || released;
   }
   return progressed;
 }
@@ -386,6 +398,7 @@ bool release_barrier(std::vector<SimThread>& threads, const LaunchSite& site, ui
   for (SimThread& thread : threads) {
     if (thread.state == State::at_barrier) thread.state = State::runnable;
   }
+  if (checks.barrier_released != nullptr) checks.barrier_released();
   return true;
 }
 
@@ -434,7 +447,10 @@ void start_runner(Runners& runners) {
                         current.thread = &thread;
                         threadIdx = thread.index;
                         try {
-                          if (!thread.abandon) runners.thread_body();  // a block abandoned before it started
+                          if (!thread.abandon) {  // a block abandoned before it started
+                            runners.thread_body();
+                            if (checks.thread_ends != nullptr) checks.thread_ends();
+                          }
                         } catch (const Abandon&) {
                           // the block faulted elsewhere: this thread's stack has unwound
                         } catch (const ctx::detail::forced_unwind&) {
@@ -473,6 +489,7 @@ void run_block(const LaunchSite& site, const std::function<void()>& thread_body,
     thread.tsan_engine = TsanFiber::running();
   }
   const std::vector<int> order = resume_order(count, setting, launch_number, block_number);
+  if (checks.block_begins != nullptr) checks.block_begins(block_shared.data, block_shared.bytes);
   // Declared after `threads`: destroyed first, the runners' TSan contexts end with the block (every
   // fiber has exited or unwound by then).
   Runners runners{threads, order, thread_body, stacks};
@@ -604,7 +621,7 @@ void run_prepared(const PreparedLaunch& prepared, const std::function<void()>& t
         for (unsigned int y = 0; y < g.y; ++y) {
           for (unsigned int x = 0; x < g.x; ++x) {
             // 16-byte aligned as extern __shared__ __align__(16) asks; 0xFF bytes (undefined on a device).
-            const std::size_t rounded = (site.dynamic_shared_bytes + 15) / 16 * 16;
+            const std::size_t rounded = shared_allocation_bytes(site.dynamic_shared_bytes);
             std::unique_ptr<void, decltype(&std::free)> shared(
                 rounded == 0 ? nullptr : std::aligned_alloc(16, rounded), &std::free);
             if (rounded != 0 && shared == nullptr) throw std::bad_alloc();
@@ -694,7 +711,22 @@ std::size_t max_dynamic_shared(const void* function) {
 
 void thread_fault(const std::string& what) {
   if (current.thread == nullptr) throw std::logic_error("cuda-sim: " + what);
-  fault(*current.site, current.block, "thread " + thread_text(*current.thread) + " " + what);
+  throw KernelFault(running_thread_text() + " " + what);
 }
+
+std::string running_thread_text() {
+  if (current.thread == nullptr) throw std::logic_error("cuda-sim: a thread's coordinates outside a kernel");
+  std::ostringstream text;
+  text << "cuda-sim: kernel " << current.site->kernel << " (launched at " << current.site->file << ":"
+       << current.site->line << "), block " << block_text(current.block) << ": thread " << thread_text(*current.thread);
+  return text.str();
+}
+
+int thread_rank() {
+  if (current.thread == nullptr) throw std::logic_error("cuda-sim: a thread's rank outside a kernel");
+  return current.thread->linear;
+}
+
+void install_checks(const EngineChecks& installed) { checks = installed; }
 
 }  // namespace tandem::cuda_sim

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "cuda_sim/checks.hpp"
 #include "cuda_sim/include/cuda_runtime.h"
 #include "cuda_sim/runtime_internal.hpp"
 
@@ -46,6 +47,18 @@ void record_error(cudaError_t error, const std::string& text, bool sticky) {
   state.text_error = error;
   if (sticky) state.sticky.store(error, std::memory_order_relaxed);
 }
+
+namespace {
+DeviceMemoryChecks memory_checks;
+bool memory_checks_installed = false;  // set once, before the first cudaMalloc
+}  // namespace
+
+void install_device_memory_checks(const DeviceMemoryChecks& checks) {
+  memory_checks = checks;
+  memory_checks_installed = true;
+}
+
+const DeviceMemoryChecks* device_memory_checks() { return memory_checks_installed ? &memory_checks : nullptr; }
 
 }  // namespace tandem::cuda_sim
 
@@ -103,9 +116,10 @@ cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
 cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
   if (pointer == nullptr) return cudaErrorInvalidValue;
   const std::size_t rounded = (bytes + 255) / 256 * 256;
-  void* memory = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+  const auto* checks = tandem::cuda_sim::device_memory_checks();
+  void* memory = checks != nullptr ? checks->allocate(bytes) : std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
   if (memory == nullptr) return cudaErrorMemoryAllocation;
-  std::memset(memory, 0xFF, rounded == 0 ? 256 : rounded);
+  if (checks == nullptr) std::memset(memory, 0xFF, rounded == 0 ? 256 : rounded);
   Allocations& state = allocations();
   const std::lock_guard lock(state.mutex);
   state.sizes[memory] = bytes;
@@ -124,7 +138,12 @@ cudaError_t cudaFree(void* pointer) {
   if (found == state.sizes.end()) return cudaErrorInvalidValue;
   state.bytes -= found->second;
   state.sizes.erase(found);
-  std::free(pointer);
+  const auto* checks = tandem::cuda_sim::device_memory_checks();
+  if (checks != nullptr) {
+    checks->release(pointer);
+  } else {
+    std::free(pointer);
+  }
   return cudaSuccess;
 }
 

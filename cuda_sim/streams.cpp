@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_sim/checks.hpp"
 #include "cuda_sim/include/cuda_runtime.h"
 #include "cuda_sim/runtime_internal.hpp"
 
@@ -333,7 +334,10 @@ using tandem::cuda_sim::Record;
 using tandem::cuda_sim::StreamMode;
 
 cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream) {
-  return tandem::cuda_sim::run_on_stream(stream, [destination, value, bytes] { std::memset(destination, value, bytes); });
+  return tandem::cuda_sim::run_on_stream(stream, [destination, value, bytes] {
+    std::memset(destination, value, bytes);
+    if (const auto* checks = tandem::cuda_sim::device_memory_checks()) checks->written(destination, bytes);
+  });
 }
 
 // Every host buffer is treated as pinned: the copy reads (or writes) it when the stream runs the
@@ -343,6 +347,7 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t b
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidValue;
   return tandem::cuda_sim::run_on_stream(stream, [destination, source, bytes] {
     if (bytes != 0) std::memmove(destination, source, bytes);
+    if (const auto* checks = tandem::cuda_sim::device_memory_checks()) checks->copied(destination, source, bytes);
   });
 }
 
