@@ -177,18 +177,6 @@ void resolve_tokenizer(const RunArguments& args, RunConfig& config, Checker& che
 
 }  // namespace
 
-ConfigError::ConfigError(std::vector<ConfigIssue> issues)
-    : std::runtime_error(format_issues(issues)), issues_(std::move(issues)) {}
-
-std::string format_issues(const std::vector<ConfigIssue>& issues) {
-  std::string out;
-  for (const auto& issue : issues) {
-    out += "error: " + issue.field + " = " + issue.value + ": " + issue.rule + "; fix: " +
-           issue.fix + "\n";
-  }
-  return out;
-}
-
 std::optional<double> parse_token_count(const std::string& input) {
   if (input.empty()) return std::nullopt;
   double multiplier = 1.0;
