@@ -125,13 +125,11 @@ bool RunArguments::given(const std::string& long_name) const {
   return option != nullptr && option->count() > 0;
 }
 
-void add_run_options(CLI::App& app, RunArguments& args) {
-  args.app = &app;
-  RunConfig& v = args.values;
-  app.add_option("--config", args.config_path,
-                 "JSON file of run options (keys: option names without --); command-line arguments "
-                 "override it");
+namespace {
 
+// The model options.
+void add_model_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string model = "Model (SPEC 4)";
   app.add_option("--num-layers", v.model.num_layers, "decoder blocks L")
       ->capture_default_str()->group(model);
@@ -185,7 +183,11 @@ void add_run_options(CLI::App& app, RunArguments& args) {
       ->capture_default_str()->group(model);
   app.add_option("--init-method-std", v.model.init_method_std, "std of the normal init")
       ->capture_default_str()->group(model);
+}
 
+// The parallel layout options.
+void add_parallel_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string parallel = "Parallel layout";
   app.add_option("--tensor-model-parallel-size", v.parallel.tensor_parallel, "TP ranks")
       ->capture_default_str()->group(parallel);
@@ -236,7 +238,10 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "parameters per gradient bucket with --overlap-grad-reduce (default: "
                  "max(40M, 1M x DP); rounded up to a multiple of DP x 1024)")
       ->group(parallel);
+}
 
+// The activation recomputation options.
+void add_memory_options(CLI::App& app, RunArguments& args) {
   const std::string memory = "Activation recomputation (Megatron's; no result changes a bit)";
   app.add_option("--recompute-granularity", args.recompute_granularity,
                  "none | selective | full: full recomputes whole layers in backward from their "
@@ -254,14 +259,22 @@ void add_run_options(CLI::App& app, RunArguments& args) {
   app.add_flag("--recompute-activations", args.recompute_activations,
                "Megatron's spelling of --recompute-granularity selective")
       ->group(memory);
+}
 
+// The batch options.
+void add_batch_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string batch = "Batch";
   app.add_option("--micro-batch-size", v.batch.micro_batch_size, "samples per microbatch")
       ->capture_default_str()->group(batch);
   app.add_option("--global-batch-size", v.batch.global_batch_size,
                  "samples per update = mbs x microbatches x DP")
       ->capture_default_str()->group(batch);
+}
 
+// The optimizer options.
+void add_optimizer_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string optimizer = "Optimizer (SPEC 6, 7)";
   app.add_option("--optimizer", args.optimizer, "adam (AdamW with decoupled weight decay)")
       ->capture_default_str()->group(optimizer);
@@ -284,7 +297,11 @@ void add_run_options(CLI::App& app, RunArguments& args) {
   app.add_flag("--bf16", v.optimizer.bf16, "bf16 compute weights and activations, fp32 main state")
       ->group(optimizer);
   app.add_flag("--fp16", args.fp16, "not supported by tandem (use --bf16)")->group(optimizer);
+}
 
+// The learning-rate schedule options.
+void add_schedule_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string schedule = "Learning-rate schedule (SPEC 8; samples are sequences)";
   app.add_option("--lr", v.schedule.lr, "peak learning rate")
       ->capture_default_str()->group(schedule);
@@ -314,7 +331,11 @@ void add_run_options(CLI::App& app, RunArguments& args) {
       ->group(schedule);
   app.add_option("--lr-warmup-tokens", args.lr_warmup_tokens,
                  "warmup such as 20B (tokens; rounded up to whole updates)")->group(schedule);
+}
 
+// The data and loss options.
+void add_data_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string data = "Data and loss (SPEC 2, 3, 5)";
   app.add_option("--data-path", args.data_paths,
                  "PREFIX of PREFIX.bin/.idx; or a blend as Megatron writes it, W1 P1 W2 P2 ... "
@@ -360,7 +381,11 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                "Megatron's spelling of --loss-normalization per-token")->group(data);
   app.add_option("--seed", v.data.seed, "seed of every random stream")
       ->capture_default_str()->group(data);
+}
 
+// The checkpoint options.
+void add_checkpoint_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string checkpoint = "Checkpoints (SPEC 9)";
   app.add_option("--save", v.checkpoint.save, "directory for checkpoints")->group(checkpoint);
   app.add_option("--load", v.checkpoint.load, "checkpoint directory to resume from")
@@ -370,7 +395,11 @@ void add_run_options(CLI::App& app, RunArguments& args) {
       ->capture_default_str()->group(checkpoint);
   app.add_flag("--override-opt-param-scheduler", v.checkpoint.override_opt_param_scheduler,
                "allow a changed optimizer or schedule setting on resume")->group(checkpoint);
+}
 
+// The validation options.
+void add_evaluation_options(CLI::App& app, RunArguments& args) {
+  RunConfig& v = args.values;
   const std::string evaluation = "Validation (Megatron's evaluation; docs/DATA.md section 12)";
   app.add_option("--eval-interval", v.evaluation.eval_interval,
                  "iterations between evaluations of the validation split (0 = only at the end "
@@ -381,6 +410,25 @@ void add_run_options(CLI::App& app, RunArguments& args) {
                  "takes effect only when --split gives the validation part a weight, e.g. "
                  "--split 969,30,1)")
       ->capture_default_str()->group(evaluation);
+}
+
+}  // namespace
+
+void add_run_options(CLI::App& app, RunArguments& args) {
+  args.app = &app;
+  app.add_option("--config", args.config_path,
+                 "JSON file of run options (keys: option names without --); command-line arguments "
+                 "override it");
+
+  add_model_options(app, args);
+  add_parallel_options(app, args);
+  add_memory_options(app, args);
+  add_batch_options(app, args);
+  add_optimizer_options(app, args);
+  add_schedule_options(app, args);
+  add_data_options(app, args);
+  add_checkpoint_options(app, args);
+  add_evaluation_options(app, args);
 
   // A repeated option takes its last value, as Megatron's argparse does, so a pasted fragment can
   // be followed by overrides. --data-path is the one list-valued option.
