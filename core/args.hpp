@@ -5,36 +5,15 @@
 
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "core/config.hpp"
+#include "core/config_issue.hpp"
 
 namespace tandem {
-
-// One broken rule: which field, what it held, the rule, and how to fix it.
-struct ConfigIssue {
-  std::string field;  // the argument, spelled as on the command line: "--global-batch-size"
-  std::string value;  // what it held, as text
-  std::string rule;   // the rule it breaks
-  std::string fix;    // what to do instead
-};
-
-// Thrown by build_run_config with every broken rule at once.
-class ConfigError : public std::runtime_error {
- public:
-  explicit ConfigError(std::vector<ConfigIssue> issues);
-  const std::vector<ConfigIssue>& issues() const { return issues_; }
-
- private:
-  std::vector<ConfigIssue> issues_;
-};
-
-// "error: --field = value: rule; fix: fix" one per line.
-std::string format_issues(const std::vector<ConfigIssue>& issues);
 
 // Parses "10T", "20B", "1.5M", "4096" into a token count (K=1e3, M=1e6, B=G=1e9, T=1e12).
 // Returns nullopt on anything else.

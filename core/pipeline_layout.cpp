@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 
 namespace tandem {
 namespace {

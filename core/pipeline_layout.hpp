@@ -50,7 +50,7 @@ struct LayerRange {
 
 class PipelineStages {
  public:
-  // Throws ConfigError (core/config.hpp) with every broken rule of Megatron's (arguments.py,
+  // Throws ConfigError (core/config_issue.hpp) with every broken rule of Megatron's (arguments.py,
   // TransformerConfig.__post_init__), each naming the option, its value, the rule and the fix.
   explicit PipelineStages(const PipelineSplit& split);
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data/tokenizer.hpp"
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/save_lock.hpp"
 #include "core/data/training_data.hpp"

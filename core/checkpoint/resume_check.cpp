@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 
 namespace tandem::checkpoint {
 namespace {

@@ -35,7 +35,7 @@ std::string describe(const SettingChange& change);
 std::vector<SettingChange> changed_resume_settings(const nlohmann::json& saved_run_config,
                                                    const RunConfig& resumed);
 
-// Throws ConfigError (core/args.hpp) naming every change that is not allowed: a model-shape change
+// Throws ConfigError (core/config_issue.hpp) naming every change that is not allowed: a model-shape change
 // always, an optimizer/schedule change unless resumed.checkpoint.override_opt_param_scheduler.
 // Returns the changes that were allowed (by the override, or data settings), for the run to log.
 std::vector<SettingChange> check_resume_settings(const nlohmann::json& saved_run_config,

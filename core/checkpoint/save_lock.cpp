@@ -11,7 +11,7 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 
 namespace tandem::checkpoint {
 namespace {

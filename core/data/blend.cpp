@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 
 namespace tandem::data {
 namespace {

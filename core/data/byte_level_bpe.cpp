@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 #include "core/data/tokenizer.hpp"
 
 namespace tandem::data {

@@ -6,7 +6,7 @@
 
 #include <sentencepiece_processor.h>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 
 namespace tandem::data {
 

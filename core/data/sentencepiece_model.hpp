@@ -13,7 +13,7 @@ namespace tandem::data {
 
 class SentencePieceModel {
  public:
-  // Loads `path`; throws ConfigError (core/args.hpp) on `option` = path for a missing file or one
+  // Loads `path`; throws ConfigError (core/config_issue.hpp) on `option` = path for a missing file or one
   // that is not a SentencePiece model, naming the rule and the fix.
   static SentencePieceModel load(const std::string& path, const std::string& option);
   SentencePieceModel(SentencePieceModel&&) noexcept;

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 
 namespace tandem::data {
 

@@ -1,7 +1,7 @@
 // The tokenizers `tandem data build` runs (see text_tokenizer.hpp).
 #include "core/data/text_tokenizer.hpp"
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 #include "core/data/byte_level_bpe.hpp"
 #include "core/data/jsonl_builder.hpp"
 #include "core/data/sentencepiece_model.hpp"

@@ -30,7 +30,7 @@ class TextTokenizer {
 // The tokenizer `config` names: bytes (SPEC 12), GPT2BPETokenizer (--vocab-file, --merge-file),
 // HuggingFaceTokenizer (--tokenizer-model DIR, a byte-level BPE tokenizer.json),
 // SentencePieceTokenizer and Llama2Tokenizer (--tokenizer-model FILE.model). Throws ConfigError
-// (core/args.hpp) naming the option, the value, the rule and the fix, for a type that cannot
+// (core/config_issue.hpp) naming the option, the value, the rule and the fix, for a type that cannot
 // tokenize text here (NullTokenizer) or files it cannot read.
 std::unique_ptr<TextTokenizer> make_text_tokenizer(const TokenizerConfig& config);
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/args.hpp"
+#include "core/config_issue.hpp"
 #include "core/data/sentencepiece_model.hpp"
 
 namespace tandem::data {

@@ -35,7 +35,7 @@ struct NullTokenizerOptions {
 
 // Reads the files `tokenizer` names (GPT-2's vocab.json, a Hugging Face tokenizer directory) or
 // derives the ids (bytes; NullTokenizer from `null`). A PAD equal to the EOD becomes none.
-// Throws ConfigError (core/args.hpp) naming the option, the value, the rule and the fix.
+// Throws ConfigError (core/config_issue.hpp) naming the option, the value, the rule and the fix.
 TokenizerIds read_tokenizer_ids(const TokenizerConfig& tokenizer, const NullTokenizerOptions& null = {});
 
 // Parses a JSON file a tokenizer option names (vocab.json, tokenizer.json, ...), refusing a missing

@@ -1,9 +1,9 @@
 // The shared header record and progress line (run_support.hpp).
 #include "core/train/run_support.hpp"
 
-#include "core/args.hpp"
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/resume_check.hpp"
+#include "core/config_issue.hpp"
 #include "core/train/exit_signal.hpp"
 
 #include <chrono>
