@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 
 #include "cuda_sim/checks.hpp"
@@ -84,16 +85,56 @@ std::size_t host_memory_bytes() {
 
 }  // namespace
 
+namespace tandem::cuda_sim {
+namespace {
+
+// This thread's device (cudaSetDevice's): a name only, every device sharing the process's memory,
+// streams and sticky error; what tells them apart is NCCL's rule of one rank a device (nccl.cpp).
+thread_local int current_device_index = 0;
+
+}  // namespace
+
+int device_count() {
+  const char* text = std::getenv("TANDEM_CUDA_SIM_DEVICES");
+  if (text == nullptr || *text == '\0') return kDefaultDevices;
+  char* end = nullptr;
+  const long count = std::strtol(text, &end, 10);
+  if (*end != '\0' || count < 1 || count > kMaxDevices) {
+    throw std::invalid_argument(std::string("TANDEM_CUDA_SIM_DEVICES=") + text + ": must be a whole number from 1 to " +
+                                std::to_string(kMaxDevices) + " (the devices cuda-sim answers for)");
+  }
+  return static_cast<int>(count);
+}
+
+int current_device() { return current_device_index; }
+void set_current_device(int device) { current_device_index = device; }
+
+}  // namespace tandem::cuda_sim
+
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return cudaErrorInvalidValue;
-  *count = 1;
+  try {
+    *count = tandem::cuda_sim::device_count();
+  } catch (const std::invalid_argument& error) {
+    tandem::cuda_sim::record_error(cudaErrorInvalidValue, error.what(), false);
+    return cudaErrorInvalidValue;
+  }
   return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int device) {
+  int count = 0;
+  if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) return status;
+  if (device < 0 || device >= count) return cudaErrorInvalidDevice;
+  tandem::cuda_sim::set_current_device(device);
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
-  if (properties == nullptr || device != 0) return cudaErrorInvalidValue;
+  int count = 0;
+  if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) return status;
+  if (properties == nullptr) return cudaErrorInvalidValue;
+  if (device < 0 || device >= count) return cudaErrorInvalidDevice;
   *properties = cudaDeviceProp{};
   std::strncpy(properties->name, "cuda-sim (sm_90 rules on the CPU)", sizeof(properties->name) - 1);
   properties->totalGlobalMem = host_memory_bytes();
@@ -173,6 +214,7 @@ const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
@@ -188,6 +230,7 @@ const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorLaunchFailure: return "unspecified launch failure";

@@ -68,6 +68,7 @@ struct Operation {
 struct CUstream_st {
   unsigned int flags = 0;
   std::uint64_t creation = 0;  // 1, 2, ... in creation order: the deferred modes' preference
+  int device = 0;              // the creating thread's (cudaSetDevice): what a device-wide wait waits for
   std::mutex mutex;
   std::condition_variable changed;  // an operation queued or finished, or the worker told to stop
   std::deque<tandem::cuda_sim::Operation> queue;
@@ -221,17 +222,30 @@ void drain(Streams& registry, Select selected) {
     });
     return;
   }
+  // Waited for without the registry's lock (held by every caller), which other host threads need
+  // meanwhile: ranks of an NCCL communicator on threads, one waiting here for its stream while
+  // that stream's collective waits for another rank's part (nccl.cpp). A stream is not destroyed
+  // while another thread waits for it (its device's threads are the ones that destroy it).
+  std::vector<CUstream_st*> waited;
   for (CUstream_st* stream : registry.all) {
-    if (!selected(stream)) continue;
+    if (selected(stream)) waited.push_back(stream);
+  }
+  registry.mutex.unlock();
+  for (CUstream_st* stream : waited) {
     std::unique_lock lock(stream->mutex);
     stream->changed.wait(lock, [stream] { return stream->queue.empty() && !stream->running; });
   }
+  registry.mutex.lock();
 }
 
 // Before anything on the null stream: the legacy default stream waits for every blocking stream
 // (one created without cudaStreamNonBlocking). Its own work then runs on the calling thread, so
 // work queued later on any stream comes after it.
-void drain_blocking(Streams& registry) { drain(registry, is_blocking); }
+// The calling thread's device only, as on a device (cuda-sim's devices are names: runtime.cpp).
+void drain_blocking(Streams& registry) {
+  const int device = current_device();
+  drain(registry, [device](const CUstream_st* stream) { return stream->device == device && is_blocking(stream); });
+}
 
 // The runtime's answer to a malformed TANDEM_CUDA_SIM_STREAMS, or another refusal, at the call.
 cudaError_t refuse(const std::exception& error) {
@@ -284,7 +298,8 @@ void drain_all_streams() {
   Streams& registry = streams();
   const std::lock_guard lock(registry.mutex);
   if (registry.all.empty()) return;
-  drain(registry, [](const CUstream_st*) { return true; });
+  const int device = current_device();
+  drain(registry, [device](const CUstream_st* stream) { return stream->device == device; });
 }
 
 cudaError_t run_on_stream(cudaStream_t stream, std::function<void()> work) {
@@ -364,6 +379,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
   auto created = std::make_unique<CUstream_st>();
   created->flags = flags;
   created->creation = ++registry.created;
+  created->device = tandem::cuda_sim::current_device();
   if (mode == StreamMode::threads) created->worker = std::thread(tandem::cuda_sim::work_loop, created.get());
   registry.all.push_back(created.get());
   *stream = created.release();

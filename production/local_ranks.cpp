@@ -7,6 +7,10 @@
 #include "core/rank_grid.hpp"
 #include "production/collectives/mpi.hpp"
 #include "production/collectives/staged.hpp"
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+#include "production/collectives/nccl.hpp"
+#include "production/cuda/device.hpp"
+#endif
 
 namespace tandem::production::inline TANDEM_PRODUCTION_ARITHMETIC {
 
@@ -53,15 +57,25 @@ LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, c
     transport_text_ = ", " + std::to_string(ranks) + " ranks on threads" + layout;
   }
   trainers_.resize(group_.empty() ? 1 : group_.size());
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+  // cuda ranks on threads: a device each and NCCL over the thread groups (its control plane) where
+  // the devices suffice; otherwise all on the base device, their exchanges staged through host
+  // memory (collectives/staged.hpp: NCCL refuses one device twice in a communicator).
+  own_devices_ = !group_.empty() && base.device == Device::cuda && ranks <= tandem::cuda::device_count();
+#endif
+  if (own_devices_) transport_text_ += ", a device each, NCCL";
   auto build = [&](int rank) {
     ProductionOptions mine = shared;
+    if (own_devices_) mine.device_index = rank;
     if (!group_.empty()) {
-      // Threads exchange host memory: a cuda rank's exchanges are staged through it
-      // (collectives/staged.hpp; several ranks on one GPU, as NCCL would refuse).
-      const auto on = [](std::shared_ptr<Collectives> member) -> CollectivesFactory {
-        return [member](Backend& backend) -> std::shared_ptr<Collectives> {
-          if (!member) return nullptr;
-          return backend.device() == Device::cuda ? make_host_staged_collectives(backend, member) : member;
+      const auto on = [own_devices = own_devices_](std::shared_ptr<Collectives> member) -> CollectivesFactory {
+        return [member, own_devices](Backend& backend) -> std::shared_ptr<Collectives> {
+          if (!member || backend.device() != Device::cuda) return member;
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+          if (own_devices) return make_nccl_collectives(backend, member);
+#endif
+          (void)own_devices;
+          return make_host_staged_collectives(backend, member);
         };
       };
       const auto& groups = rank_groups_[static_cast<std::size_t>(rank)];
@@ -83,6 +97,9 @@ LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, c
 void LocalRanks::run_ranks(const std::function<void(int rank)>& body) const {
   run_thread_group(group_, [&](int rank) {
     try {
+#ifdef TANDEM_HAVE_CUDA_BACKEND
+      if (own_devices_) tandem::cuda::use_device(rank);  // a fresh thread's device is 0
+#endif
       body(rank);
     } catch (...) {
       abandon_thread_groups(rank_groups_[static_cast<std::size_t>(rank)]);

@@ -59,6 +59,7 @@ class LocalRanks {
   std::vector<std::vector<std::shared_ptr<Collectives>>> rank_groups_;  // [ranks] {world, dp, tp, pp, embedding} members (embedding null on a middle stage)
   std::vector<std::unique_ptr<Trainer>> trainers_;   // [ranks held]
   std::string transport_text_;
+  bool own_devices_ = false;  // cuda ranks on threads, rank r on device r, over NCCL
 };
 
 }  // namespace tandem::production

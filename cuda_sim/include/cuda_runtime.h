@@ -128,6 +128,7 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
   cudaErrorLaunchFailure = 719,
 };
 using cudaError = cudaError_t;
@@ -141,8 +142,9 @@ const char* cudaGetErrorString(cudaError_t error);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaDeviceReset();
 
-// Devices, memory, streams and events: the one device "cuda-sim (sm_90)", memory from the host's
-// heap, and streams whose work runs in order, asynchronously to the host, ordered between streams
+// Devices, memory, streams and events: devices "cuda-sim (sm_90 rules on the CPU)", as many as
+// TANDEM_CUDA_SIM_DEVICES (8 by default), all sharing memory from the host's heap (a device is a
+// name a thread sets, for NCCL's rule of one rank a device), and streams whose work runs in order, asynchronously to the host, ordered between streams
 // by events only (streams.hpp's modes); the null stream runs its work on the calling thread, after
 // every blocking stream's (docs/CUDA-SIM.md "Streams").
 struct cudaDeviceProp {

@@ -16,7 +16,8 @@ namespace {
 
 void check(ncclResult_t status, const char* call) {
   if (status != ncclSuccess) {
-    throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(status));
+    throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(status) + " (" +
+                             ncclGetLastError(nullptr) + ")");
   }
 }
 
@@ -71,7 +72,9 @@ class NcclCollectives final : public Collectives {
     check(ncclGroupEnd(), "ncclGroupEnd");
   }
   void barrier() override {
-    if (cudaStreamSynchronize(stream()) != cudaSuccess) throw std::runtime_error("cudaStreamSynchronize failed");
+    if (const cudaError_t status = cudaStreamSynchronize(stream()); status != cudaSuccess) {
+      throw std::runtime_error(std::string("cudaStreamSynchronize failed: ") + cudaGetErrorString(status));
+    }
     control_->barrier();
   }
 

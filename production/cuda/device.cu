@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace tandem::cuda::inline TANDEM_CUDA_TARGET {
 
@@ -15,6 +16,13 @@ int device_count() {
     return 0;
   }
   return count;
+}
+
+void use_device(int index) {
+  const cudaError_t status = cudaSetDevice(index);
+  if (status != cudaSuccess) {
+    throw std::runtime_error("cudaSetDevice(" + std::to_string(index) + ") failed: " + cudaGetErrorString(status));
+  }
 }
 
 std::string device_description(int index) {

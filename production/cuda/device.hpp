@@ -12,6 +12,11 @@ namespace tandem::cuda::inline TANDEM_CUDA_TARGET {
 // Number of CUDA devices that answer; 0 when the runtime reports any error.
 int device_count();
 
+// Makes device `index` the calling thread's (cudaSetDevice): a thread that runs a rank's calls on
+// a device of its own sets it first, as a fresh thread's device is 0. Throws std::runtime_error
+// naming the CUDA error.
+void use_device(int index);
+
 // "NVIDIA H200 (sm_90, 139 GiB)" for device `index`, or the runtime's error text.
 std::string device_description(int index);
 

@@ -3,7 +3,8 @@
 // by the real binary on every layout family, ranks on threads: DP 2, TP 2 + SP, PP 2 and
 // TP 2 + SP x PP 2 x DP 2 (8 ranks; with the distributed optimizer and both overlaps, so the cuda
 // backend's second stream takes part), fp32 and bf16 (attention on the emulated tensor cores), for
-// 2 updates each. A bug planted in the cuda build must fail the same check.
+// 2 updates each, a device a rank over cuda-sim's NCCL (and once all on one device, staged through
+// host memory). A bug planted in the cuda build must fail the same check.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -58,14 +59,14 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, CudaSimCheck,
     ::testing::Combine(
         ::testing::Values(
-            Layout{"dp2", {"--data-parallel-size", "2"}, "2 ranks on threads"},
-            Layout{"tp2_sp", {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, "2 ranks on threads (TP 2 x DP 1)"},
-            Layout{"pp2", {"--pipeline-model-parallel-size", "2"}, "2 ranks on threads (TP 1 x PP 2 x DP 1)"},
+            Layout{"dp2", {"--data-parallel-size", "2"}, "2 ranks on threads, a device each, NCCL"},
+            Layout{"tp2_sp", {"--tensor-model-parallel-size", "2", "--sequence-parallel"}, "2 ranks on threads (TP 2 x DP 1), a device each, NCCL"},
+            Layout{"pp2", {"--pipeline-model-parallel-size", "2"}, "2 ranks on threads (TP 1 x PP 2 x DP 1), a device each, NCCL"},
             Layout{"tp2_sp_pp2_dp2",
                    {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2",
                     "--data-parallel-size", "2", "--use-distributed-optimizer", "--overlap-grad-reduce",
                     "--overlap-param-gather"},
-                   "8 ranks on threads (TP 2 x PP 2 x DP 2), distributed optimizer, overlapped gradient reduce"}),
+                   "8 ranks on threads (TP 2 x PP 2 x DP 2), a device each, NCCL, distributed optimizer, overlapped gradient reduce"}),
         ::testing::Bool()),
     [](const auto& info) {
       return std::get<0>(info.param).name + (std::get<1>(info.param) ? "_bf16" : "_fp32");
@@ -79,6 +80,18 @@ TEST(CudaSimCheckNegative, ARowParallelSumLeftOutOfTheCudaBuildFailsTheCheck) {
   EXPECT_NE(result.output.find("production<cuda-sim, fp32>"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("FAIL update 1 loss"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("verdict: the twins DISAGREE"), std::string::npos) << result.output;
+}
+
+// Fewer devices than ranks: every rank on device 0, its exchanges staged through host memory (as on
+// a machine with one GPU), and the same verdict.
+TEST(CudaSimCheckStaged, RanksSharingOneDeviceExchangeThroughHostMemoryAndAgree) {
+  const auto result = testing::run_tandem(
+      sim_check({"--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2"}),
+      "TANDEM_CUDA_SIM_DEVICES=1 ", "2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("4 ranks on threads (TP 2 x PP 2 x DP 1)"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("NCCL"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("verdict: the twins agree within every bound"), std::string::npos) << result.output;
 }
 
 TEST(CudaSimCheckNegative, WhatCudaSimCannotRunIsBadInput) {
