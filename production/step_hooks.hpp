@@ -52,7 +52,7 @@ class StepHooks {
   // false: in double, each square of an fp32 value exact (kernels/optimizer_host.cpp).
   virtual bool sums_norm_squares_in_fp32() const { return false; }
 
-  // Tensor parallelism (production/model.hpp, trainer.cpp):
+  // Tensor parallelism (production/model.hpp, trainer_gradients.cpp):
   // whether the replicated tensors' partial gradients are summed over TP under sequence parallelism;
   virtual bool sums_sequence_parallel_gradients() const { return true; }
   // whether the norm counts a replicated tensor on TP rank 0 only (else on every TP rank);
@@ -62,12 +62,12 @@ class StepHooks {
   // how many times a row-parallel layer's output is summed over TP (1: once).
   virtual int row_parallel_sums() const { return 1; }
 
-  // Pipeline parallelism with tied embeddings (trainer.cpp):
+  // Pipeline parallelism with tied embeddings (trainer_gradients.cpp):
   // whether the first and last stage's embedding gradients are summed over the embedding group;
   virtual bool sums_tied_embedding_gradients() const { return true; }
   // whether the norm counts the tied embedding on the first stage only (else on both).
   virtual bool counts_tied_embedding_once() const { return true; }
-  // Pipeline parallelism (trainer.cpp):
+  // Pipeline parallelism (trainer.cpp, trainer_gradients.cpp):
   // whether the norm sums every stage's squares (else each stage has its own norm);
   virtual bool sums_norm_over_stages() const { return true; }
   // the microbatch whose samples a stage that is not the last begins where the schedule says

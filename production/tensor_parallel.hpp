@@ -98,7 +98,7 @@ class TensorParallelLayout {
   // is the first of them (it counts and saves their elements: SPEC 6, every element once), and
   // the local flat ranges of those tensors. Each holder computes its group's keys and values
   // alike, but its gradient only from its own query heads: the holders' gradients are summed
-  // (production/trainer.cpp).
+  // (production/trainer_gradients.cpp).
   int kv_sharing() const { return kv_sharing_; }
   bool first_kv_holder() const { return rank_ % kv_sharing_ == 0; }
   std::int64_t kv_group_begin() const { return kv_group_begin_; }  // the first group it holds
