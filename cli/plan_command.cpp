@@ -12,6 +12,7 @@
 #include "core/planner.hpp"
 #include "core/pipeline_layout.hpp"
 #include "core/rank_grid.hpp"
+#include "core/run_layout.hpp"
 
 namespace tandem::cli {
 namespace {
@@ -93,22 +94,23 @@ Command add_plan_command(CLI::App& parent) {
   command.run = [state]() {
     const RunConfig config = build_run_config(state->run);  // ConfigError -> exit 2 in main
     const PlanOptions options = state->plan;
-    const RankGrid grid(config.parallel);
+    const RunLayout layout(config);
+    const RankGrid& grid = layout.grid;
     if (state->rank != -1 && (state->rank < 0 || state->rank >= grid.world_size())) {
       throw ConfigError({ConfigIssue{"--rank", std::to_string(state->rank),
                                      "must be a rank of the run's " + std::to_string(grid.world_size()) + " (" +
                                          grid.describe() + ")",
                                      "give a rank in [0, " + std::to_string(grid.world_size()) + ")"}});
     }
-    const Plan plan = make_plan(config, options);
+    const Plan plan = make_plan(config, layout, options);
     if (state->json) {
       nlohmann::json out;
       to_json(out, plan);
-      if (state->rank >= 0) out["rank"] = rank_json(grid, PipelineStages(pipeline_split(config.model, config.parallel)), state->rank);
+      if (state->rank >= 0) out["rank"] = rank_json(grid, layout.stages, state->rank);
       std::cout << out.dump(2) << "\n";
     } else {
       print_plan(std::cout, plan);
-      if (state->rank >= 0) print_rank(std::cout, grid, PipelineStages(pipeline_split(config.model, config.parallel)), state->rank);
+      if (state->rank >= 0) print_rank(std::cout, grid, layout.stages, state->rank);
     }
     return 0;
   };

@@ -54,11 +54,6 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
   options.test_nonfinite_loss_iterations = {state.nonfinite_loss_iterations.begin(),
                                             state.nonfinite_loss_iterations.end()};
   if (options.engine == "production") {
-    if (options.device == "cuda" && !production::cuda_backend_built()) {
-      std::cerr << "error: --device cuda: the cuda backend is not built yet; fix: use "
-                   "--device cpu (the same production code on the host)\n";
-      return 2;
-    }
     if (config.parallel.world_size != session.world_size()) {
       std::cerr << "error: --tensor-model-parallel-size " << config.parallel.tensor_parallel
                 << " x --data-parallel-size " << config.parallel.data_parallel << " = "
@@ -68,7 +63,7 @@ int train(const TrainCommandState& state, const production::MpiSession& session)
                 << "), or use --engine reference, which emulates DP in one process\n";
       return 2;
     }
-    const production::RankSetup ranks = production::launched_rank_setup(session, config.parallel);
+    const production::RankSetup ranks = production::launched_rank_setup(session, config);
     // Rank 0 speaks for the run; the others' progress would repeat it.
     std::ostream null_stream(nullptr);
     std::ostream& out = ranks.rank == 0 ? std::cout : null_stream;

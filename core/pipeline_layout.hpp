@@ -36,6 +36,7 @@ struct PipelineSplit {
   std::int64_t last_stage_layers = 0;     // --decoder-last-pipeline-num-layers; 0 = not set
   bool account_for_embedding = false;     // --account-for-embedding-in-pipeline-split
   bool account_for_loss = false;          // --account-for-loss-in-pipeline-split
+  bool operator==(const PipelineSplit&) const = default;
 };
 
 PipelineSplit pipeline_split(const ModelConfig& model, const ParallelConfig& parallel);

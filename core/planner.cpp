@@ -9,6 +9,7 @@
 #include "core/model_layout.hpp"
 #include "core/pipeline_layout.hpp"
 #include "core/pipeline_schedule.hpp"
+#include "core/run_layout.hpp"
 #include "core/planner_format.hpp"
 #include "core/schedule.hpp"
 
@@ -156,15 +157,13 @@ GradientExchange gradient_exchange(const ParallelConfig& parallel, std::int64_t 
   return exchange;
 }
 
-MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
+MemoryPlan plan_memory(const RunConfig& config, const PipelineStages& stages, const PlanOptions& options,
                        const ParameterCount& count) {
   const ModelConfig& model = config.model;
   const ParallelConfig& parallel = config.parallel;
   const std::int64_t tp = parallel.tensor_parallel;
   const std::int64_t pp = parallel.pipeline_parallel;
   const std::int64_t v = parallel.virtual_pipeline_stages;
-  // Megatron's split (core/pipeline_layout.hpp): even, or an uneven first and last stage.
-  const PipelineStages stages(pipeline_split(model, parallel));
   const std::int64_t microbatches = config.microbatches_per_replica();
 
   MemoryPlan memory;
@@ -280,11 +279,11 @@ MemoryPlan plan_memory(const RunConfig& config, const PlanOptions& options,
 // The least recomputation that fits the budget, by the plan's own count: block with the fewest
 // layers a chunk (the others store everything); when none fits, the uniform group size that needs
 // the least memory, and by how much it misses.
-std::string recompute_advice(const RunConfig& config, const PlanOptions& options, const ParameterCount& count) {
+std::string recompute_advice(const RunConfig& config, const PipelineStages& stages, const PlanOptions& options,
+                             const ParameterCount& count) {
   const std::string selective_note = " (tandem's attention keeps no s x s scores, so selective saves nothing here)";
   RunConfig trial = config;
   trial.recompute.granularity = RecomputeGranularity::full;
-  const PipelineStages stages(pipeline_split(config.model, config.parallel));
   std::int64_t chunk_layers = 0;
   for (std::int64_t stage = 0; stage < stages.pipeline_size(); ++stage) {
     for (std::int64_t chunk = 0; chunk < stages.virtual_stages(); ++chunk) {
@@ -294,7 +293,7 @@ std::string recompute_advice(const RunConfig& config, const PlanOptions& options
   auto peak_with = [&](RecomputeMethod method, std::int64_t layers) {
     trial.recompute.method = method;
     trial.recompute.num_layers = layers;
-    return plan_memory(trial, options, count).peak_gib;
+    return plan_memory(trial, stages, options, count).peak_gib;
   };
   for (std::int64_t layers = 1; layers <= chunk_layers; ++layers) {
     const double peak = peak_with(RecomputeMethod::block, layers);
@@ -373,7 +372,9 @@ ParameterCount count_parameters(const ModelConfig& model) {
   return count;
 }
 
-Plan make_plan(const RunConfig& config, const PlanOptions& options) {
+Plan make_plan(const RunConfig& config, const PlanOptions& options) { return make_plan(config, RunLayout(config), options); }
+
+Plan make_plan(const RunConfig& config, const RunLayout& layout, const PlanOptions& options) {
   const ParallelConfig& parallel = config.parallel;
   const ScheduleConfig& schedule = config.schedule;
   const std::int64_t gbs = config.batch.global_batch_size;
@@ -458,7 +459,7 @@ Plan make_plan(const RunConfig& config, const PlanOptions& options) {
       1.0 - schedule.lr * weight_decay_at<double>(schedule, schedule.lr_warmup_samples);
 
   plan.parameters = count_parameters(config.model);
-  plan.memory = plan_memory(config, options, plan.parameters);
+  plan.memory = plan_memory(config, layout.stages, options, plan.parameters);
 
   // Warnings.
   const bool loss_masked = config.data.eod_mask_loss || config.data.packing == Packing::units;
@@ -472,7 +473,7 @@ Plan make_plan(const RunConfig& config, const PlanOptions& options) {
     plan.warnings.push_back("memory: the peak stage needs " + fixed(plan.memory.peak_gib, 1) +
                             " GiB per GPU, over the --gpu-memory-gib budget of " +
                             fixed(options.gpu_memory_gib, 1) + " GiB; " +
-                            recompute_advice(config, options, plan.parameters));
+                            recompute_advice(config, layout.stages, options, plan.parameters));
   }
   if (plan.pipeline_bubble_fraction > kBubbleWarningFraction) {
     plan.warnings.push_back("pipeline bubble " + fixed(100.0 * plan.pipeline_bubble_fraction, 1) +

@@ -16,6 +16,8 @@
 
 namespace tandem {
 
+struct RunLayout;  // core/run_layout.hpp
+
 // Options that exist only for planning (bound by `tandem plan`, not by the run options).
 struct PlanOptions {
   double gpu_memory_gib = 80.0;  // memory budget per GPU, GiB (2^30 bytes); 80 = an H100/A100 80GB
@@ -156,8 +158,10 @@ struct Plan {
   std::vector<std::string> warnings;
 };
 
-// Builds the plan of a RunConfig that build_run_config already validated.
+// Builds the plan of a RunConfig that build_run_config already validated, on its layout
+// (core/run_layout.hpp); the first form derives the layout itself.
 Plan make_plan(const RunConfig& config, const PlanOptions& options);
+Plan make_plan(const RunConfig& config, const RunLayout& layout, const PlanOptions& options);
 
 // The causal position pairs of one window of `seq_length` tokens: L(L+1)/2.
 std::int64_t causal_attention_pairs(std::int64_t seq_length);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/rank_grid.hpp"
+#include "core/run_layout.hpp"
 #include "production/collectives/mpi.hpp"
 #include "production/collectives/staged.hpp"
 #ifdef TANDEM_HAVE_CUDA_BACKEND
@@ -27,20 +28,24 @@ LocalRanks::LocalRanks(const RunConfig& config, const SampleProvider& samples, c
              " x DP " + std::to_string(replicas) + ")";
   }
   ProductionOptions shared = base;
+  // One layout for every rank of this process (each Trainer would otherwise derive its own copy).
+  if (!shared.layout) shared.layout = std::make_shared<const RunLayout>(config);
+  const RankGrid& grid = shared.layout->grid;
   if (transport == Transport::mpi && ranks > 1) {
     // This process is one rank of the launched world; its groups are the rank grid's
     // (core/rank_grid.hpp), MPI sub-communicators made in the Trainer's order on every rank.
-    const RankGrid grid(config.parallel);
     shared.world = [](Backend&) { return make_mpi_collectives(); };
-    shared.collectives = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::data); };
-    shared.tensor_parallel = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::tensor); };
-    shared.pipeline = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::pipeline); };
-    shared.embedding = [grid](Backend&) { return make_mpi_group_collectives(grid, RankGroupKind::embedding); };
+    const auto group_of = [run_layout = shared.layout](RankGroupKind kind) -> CollectivesFactory {
+      return [run_layout, kind](Backend&) { return make_mpi_group_collectives(run_layout->grid, kind); };
+    };
+    shared.collectives = group_of(RankGroupKind::data);
+    shared.tensor_parallel = group_of(RankGroupKind::tensor);
+    shared.pipeline = group_of(RankGroupKind::pipeline);
+    shared.embedding = group_of(RankGroupKind::embedding);
     transport_text_ = ", rank of " + std::to_string(ranks) + " MPI ranks" + layout;
   } else if (ranks > 1) {
     // The rank grid's groups (core/rank_grid.hpp, Megatron's order: TP fastest), one thread group
     // each, its members numbered as the grid lists them.
-    const RankGrid grid(config.parallel);
     group_ = make_thread_group(ranks);
     std::map<std::pair<RankGroupKind, std::int64_t>, std::vector<std::shared_ptr<Collectives>>> made;
     const auto member = [&](RankGroupKind kind, int rank) -> std::shared_ptr<Collectives> {

@@ -30,6 +30,7 @@
 #include "production/collectives/nccl.hpp"
 #include "production/collectives/staged.hpp"
 #include "core/rank_grid.hpp"
+#include "core/run_layout.hpp"
 #include "production/cuda/device.hpp"
 #include "production/kernels/gemm.hpp"
 #include "production/kernels/host_workers.hpp"
@@ -46,10 +47,11 @@ Device choose_device(const std::string& requested) {
   throw std::runtime_error("--device " + requested + ": must be cuda or cpu");
 }
 
-RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& parallel) {
+RankSetup launched_rank_setup(const MpiSession& session, const RunConfig& config) {
   RankSetup ranks;
   if (!session.active()) return ranks;
-  const RankGrid grid(parallel);
+  ranks.layout = std::make_shared<const RunLayout>(config);
+  const RankGrid& grid = ranks.layout->grid;
   if (grid.world_size() != session.world_size()) {
     throw std::invalid_argument("the launcher started " + std::to_string(session.world_size()) + " ranks for the grid " +
                                 grid.describe());
@@ -65,9 +67,9 @@ RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& p
     return share_devices ? make_host_staged_collectives(backend, std::move(host))
                          : make_nccl_collectives(backend, std::move(host));
   };
-  const auto group = [grid, on_device](RankGroupKind kind) -> CollectivesFactory {
-    return [grid, kind, on_device](Backend& backend) {
-      return on_device(backend, make_mpi_group_collectives(grid, kind));
+  const auto group = [layout = ranks.layout, on_device](RankGroupKind kind) -> CollectivesFactory {
+    return [layout, kind, on_device](Backend& backend) {
+      return on_device(backend, make_mpi_group_collectives(layout->grid, kind));
     };
   };
   ranks.collectives = group(RankGroupKind::data);
@@ -134,10 +136,11 @@ std::optional<double> available_bytes(Device device, int device_index, int ranks
 // took 6.4 GiB before std::bad_alloc): the plan's model state, stored activations and working buffers per rank
 // (core/planner.hpp, which counts tandem's own trainer) are a lower bound of what the trainer
 // allocates; the rank's share of what is available must hold them.
-std::optional<ConfigIssue> memory_shortfall(const RunConfig& config, Device device, int device_index, int ranks_here) {
+std::optional<ConfigIssue> memory_shortfall(const RunConfig& config, const RunLayout& layout, Device device,
+                                            int device_index, int ranks_here) {
   const std::optional<double> share = available_bytes(device, device_index, ranks_here);
   if (!share) return std::nullopt;
-  const Plan plan = make_plan(config, PlanOptions{});
+  const Plan plan = make_plan(config, layout, PlanOptions{});
   const StageMemory& stage = plan.memory.stages.front();
   constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
   const double needed = plan.memory.peak_gib * kGib;
@@ -186,6 +189,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
     validation = [valid](std::int64_t index) { return valid->sample(index); };
   }
   ProductionOptions production;
+  production.layout = ranks.layout ? ranks.layout : std::make_shared<const RunLayout>(config);
   production.device = choose_device(options.device);
   production.pipeline_timeline = options.log_pipeline_timeline;
   production.cpu_threads = cpu_threads_for(options, ranks.local_size);
@@ -211,7 +215,7 @@ RunSummary run_production_training(const RunConfig& config, const TrainOptions& 
   production.hooks = make_test_hooks(faults);
   // Every rank decides on the same verdict (each reads its own free memory): one refusal ends all.
   const std::optional<ConfigIssue> shortfall =
-      memory_shortfall(config, production.device, production.device_index, ranks.local_size);
+      memory_shortfall(config, *production.layout, production.device, production.device_index, ranks.local_size);
   for (const std::string& refusal : ranks.all_gather_text(shortfall ? format_issues({*shortfall}) : std::string())) {
     if (refusal.empty()) continue;
     throw ConfigError({shortfall ? *shortfall

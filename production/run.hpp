@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct RankSetup {
   int rank = 0;
   int local_rank = 0;                      // selects the cuda device: local_rank % devices
   int local_size = 1;                      // this node's ranks
+  std::shared_ptr<const RunLayout> layout;  // the run's (core/run_layout.hpp); null: derived from the config
   CollectivesFactory collectives;          // its data-parallel group; empty: one rank
   CollectivesFactory tensor_parallel;      // its tensor-parallel group; empty: TP 1
   CollectivesFactory world;                // every rank; empty: the data-parallel group
@@ -49,12 +51,12 @@ struct RankSetup {
 };
 
 // This process's RankSetup when a launcher started the world (session active): its groups in
-// Megatron's rank grid of config.parallel (core/rank_grid.hpp), each an MPI sub-communicator on
+// Megatron's rank grid of config.parallel (core/rank_grid.hpp, derived once: RankSetup::layout), each an MPI sub-communicator on
 // the cpu backend, or an NCCL communicator with that sub-communicator as its control plane on cuda
 // (staged through host memory over MPI instead when a node has more ranks than devices, so that
 // ranks share a device: NCCL refuses that; collectives/staged.hpp).
 // Throws std::invalid_argument when the launched world is not TP x CP x DP x PP.
-RankSetup launched_rank_setup(const MpiSession& session, const ParallelConfig& parallel);
+RankSetup launched_rank_setup(const MpiSession& session, const RunConfig& config);
 
 // Trains config.schedule.train_samples / GBS iterations in all (resuming from --load when given),
 // writing progress to `out`. Throws std::runtime_error on a failure (the skip limit, after its

@@ -77,6 +77,19 @@ std::int64_t microbatch_loss_tokens(const std::vector<Sample>& samples) {
   return tokens;
 }
 
+// A layout passed in (ProductionOptions::layout) is shared by every rank of a process: one made for
+// another configuration would silently give this rank the wrong layers or groups.
+void require_same_layout(const RunLayout& layout, const RunConfig& config) {
+  const ParallelConfig& parallel = config.parallel;
+  const RankGrid& grid = layout.grid;
+  if (grid.tensor_size() != parallel.tensor_parallel || grid.context_size() != parallel.context_parallel ||
+      grid.data_size() != parallel.data_parallel || grid.pipeline_size() != parallel.pipeline_parallel ||
+      !(layout.stages.split() == pipeline_split(config.model, parallel))) {
+    throw std::invalid_argument("production trainer: the layout passed in (" + grid.describe() +
+                                ") is not the configuration's; fix: derive it from this configuration (RunLayout)");
+  }
+}
+
 }  // namespace
 
 std::vector<DecaySegment> decay_segments(const ModelLayout& layout) {
@@ -132,7 +145,9 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
                                 std::to_string(tp_group_->size()) + " tensor-parallel x " +
                                 std::to_string(pipeline_group_->size()) + " pipeline ranks");
   }
-  stages_ = std::make_unique<PipelineStages>(pipeline_split(config_.model, config_.parallel));
+  run_layout_ = options_.layout ? options_.layout : std::make_shared<const RunLayout>(config_);
+  require_same_layout(*run_layout_, config_);
+  stages_ = &run_layout_->stages;
   split_ = TensorParallelLayout(config_.model, tp_group_->size(), tp_group_->rank(), *stages_, pipeline_group_->rank());
   const std::vector<FlatRange> tied = split_.tied_embedding_ranges();
   if (!tied.empty() && (!embedding_group_ || embedding_group_->size() != 2)) {
@@ -180,7 +195,7 @@ Trainer::Trainer(const RunConfig& config, SampleProvider samples, const Producti
     decoder.hooks = hooks_.get();
   }
   if (split_.pipeline_size() > 1) {
-    decoder.pipeline = stages_.get();
+    decoder.pipeline = stages_;
     decoder.pipeline_stage = split_.pipeline_stage();
     decoder.activation_slots = microbatches_in_flight(training_passes());
     decoder.chunk_slots = chunk_activation_slots(training_passes()).count;

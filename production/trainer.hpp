@@ -40,6 +40,7 @@
 #include "core/config.hpp"
 #include "core/data/sample.hpp"
 #include "core/model_layout.hpp"
+#include "core/run_layout.hpp"
 #include "core/train/main_state.hpp"
 #include "core/train/records.hpp"
 #include "production/arithmetic.hpp"
@@ -80,6 +81,9 @@ struct ProductionOptions {
   CollectivesFactory embedding;
   // PP > 1: time every pass of every stage (Trainer::last_timeline; --log-pipeline-timeline).
   bool pipeline_timeline = false;
+  // The run's layout (core/run_layout.hpp), shared by the ranks of one process; null: the Trainer
+  // derives it from the configuration. It must be the configuration's (the Trainer checks).
+  std::shared_ptr<const RunLayout> layout;
   // Injected faults and negative controls (step_hooks.hpp, make_test_hooks); null on a user's run.
   std::shared_ptr<const StepHooks> hooks;
 };
@@ -268,7 +272,8 @@ class Trainer {
   const StepHooks& hooks() const { return *hooks_; }
 
   RunConfig config_;
-  std::unique_ptr<PipelineStages> stages_;  // Megatron's layers per stage (PP 1: one stage)
+  std::shared_ptr<const RunLayout> run_layout_;  // ProductionOptions::layout, or derived from config_
+  const PipelineStages* stages_ = nullptr;        // run_layout_'s: Megatron's layers per stage
   TensorParallelLayout split_;   // this rank's part of the model (TP 1, PP 1: the whole)
   const ModelLayout& layout_;    // split_.local(): the buffers' layout
   SampleProvider samples_;

@@ -24,6 +24,7 @@
 #include "core/checkpoint/main_state.hpp"
 #include "core/init.hpp"
 #include "core/planner.hpp"
+#include "core/run_layout.hpp"
 #include "equivalence/comparison.hpp"
 #include "equivalence/twin.hpp"
 #include "production/checkpointing.hpp"
@@ -63,6 +64,27 @@ RunConfig pp_run(std::int64_t pp, std::int64_t tp = 1, std::int64_t dp = 1) {
 using testing::compare_with_the_reference;
 using testing::expect_same_state;
 using testing::Ranks;
+
+TEST(PipelineParallel, TheRanksOfAProcessShareOneLayoutAndALayoutOfAnotherRunIsRefused) {
+  // Derived once (core/run_layout.hpp): every rank on a thread reads the same stages.
+  Ranks ranks(pp_run(2, 2, 1));
+  std::vector<const PipelineStages*> stages(ranks.ranks.size());
+  ranks.ranks.each([&](const Trainer& trainer, int rank) { stages[static_cast<std::size_t>(rank)] = &trainer.pipeline_stages(); });
+  for (const PipelineStages* each : stages) EXPECT_EQ(each, stages.front());
+  EXPECT_EQ(stages.front()->layers(1, 0), (LayerRange{2, 4}));
+  // One rank's configuration with the layout of a PP 2 run: it would build the wrong layers.
+  production::ProductionOptions options = testing::cpu_options();
+  options.layout = std::make_shared<const RunLayout>(pp_run(2));
+  const auto samples = testing::tiny_production_samples();
+  EXPECT_THROW(Trainer(pp_run(1), samples, options), std::invalid_argument);
+  RunConfig uneven = pp_run(2);
+  uneven.parallel.first_pipeline_stage_layers = 1;
+  options.layout = std::make_shared<const RunLayout>(uneven);
+  // The same grid, another split of the layers: refused on every rank.
+  EXPECT_THROW(Ranks(pp_run(2), options), std::invalid_argument);
+  options.layout = std::make_shared<const RunLayout>(pp_run(2));
+  EXPECT_NO_THROW(Ranks(pp_run(2), options));
+}
 
 TEST(PipelineParallel, IterationZeroIsTheSameWeightsForEveryLayout) {
   // SPEC 4 / 13: each element drawn by its index in the full tensor, whichever stage holds it.
