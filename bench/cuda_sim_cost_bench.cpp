@@ -1,4 +1,4 @@
-// What cuda-sim costs (issue 26 item 11, docs/CUDA-SIM.md "Cost"): the production trainer's update
+// What cuda-sim costs (docs/CUDA-SIM.md "Cost"): the production trainer's update
 // on the demo model (ci/demo's: 2 layers, width 64, 4 heads in 2 groups, seq 64, 16 samples an
 // update as 4 microbatches of 4; warmup 1 update, as the run is a few updates long) run by its cuda build on cuda-sim, against the same update on the
 // host backend, printed as a ratio measured in the same run on the same CPU (goal: within 30x).

@@ -399,7 +399,7 @@ std::vector<Sample> update_batch(const Twin& twin, const TwinState& before, cons
 namespace {
 
 // What each twin's records prove about themselves, checked exactly as `tandem audit` checks a log
-// (reference/record_audit.hpp, issue 15 item 3): the skip and clip decisions, clip_coeff bit for
+// (reference/record_audit.hpp): the skip and clip decisions, clip_coeff bit for
 // bit, lr and wd from the schedule at the record's counters, step, the token sums, and the
 // counters from one record to the next. A failed check fails the report, whatever the bounds say.
 class RecordChecks {

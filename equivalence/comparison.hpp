@@ -10,7 +10,7 @@
 // a share of the bound (STYLE: the exit status is the verdict, the report the diagnosis), and per
 // approximate quantity the sharpness of its bound (the error over the bound, its median and
 // maximum over every compared element): a bound far above every error it sees accepts wrong
-// values as readily as right ones (issue 15 item 2), so its looseness is shown, not hidden.
+// values as readily as right ones, so its looseness is shown, not hidden.
 // A bound that is negative or NaN where both values are finite is a broken derivation: that
 // finding fails, whatever the error.
 #pragma once

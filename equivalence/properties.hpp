@@ -43,9 +43,9 @@ struct CheckOptions {
   bool quiet_listener = false;         // negative controls: no reproduce line at exit
 };
 
-// The sharpness of one quantity's bound over the passing cases of a run (issue 15 item 2), from
-// each case's Report::sharpness() (comparison.hpp): the UpdatesMatch properties tally it per
-// quantity and precision pair ("gradient fp32/fp64").
+// The sharpness of one quantity's bound over the passing cases of a run (a bound far above every
+// error accepts wrong values too), from each case's Report::sharpness() (comparison.hpp): the
+// UpdatesMatch properties tally it per quantity and precision pair ("gradient fp32/fp64").
 struct SharpnessTally {
   std::vector<double> case_medians;  // per case: median of error / bound over its values
   std::vector<double> case_maxima;   // per case: the largest error / bound

@@ -143,7 +143,7 @@ void the_clip_decision_holds_within_1e7_of_its_threshold(const TwinKind& kind) {
   const bool below = *rc::gen::arbitrary<bool>();
   RunConfig config = with_layout(c.config, c.test_layout);
   // One untied case in four has a norm near 1e-6, where SPEC 6's epsilon is as large as the norm
-  // itself (issue 15 item 4): the final norm's weight and the output layer scaled by 1e-6, so
+  // itself (a dropped epsilon shows only there): the final norm's weight and the output layer scaled by 1e-6, so
   // that the whole gradient shrinks with them (every path to the loss crosses both).
   const double shrink =
       config.model.tie_embeddings ? 1.0 : *rc::gen::weightedElement<double>({{3, 1.0}, {1, 1e-6}});

@@ -92,7 +92,7 @@ enum class Mutant {
   eps_inside_sqrt,
   bias_correction_off_by_one,
   scheduler_advances_on_skip,
-  clip_without_epsilon,         // SPEC 6: coeff = clip / norm, the 1e-6 dropped (issue 15's bug)
+  clip_without_epsilon,         // SPEC 6: coeff = clip / norm, the 1e-6 dropped (a bug the harness once missed)
   cross_document_attention,
   positions_not_reset,
   unreduced_gradients,          // production: each rank updates with its own gradient
@@ -111,12 +111,12 @@ enum class Mutant {
   microbatches_out_of_order,    // the first stage feeds microbatch m + 1 where m is due
   last_stage_microbatch_loss,   // the last stage normalizes each microbatch's loss by its own tokens
   // Semantic bugs of about one part in a million (production, the semantic twin: only its fp64
-  // bounds see them; issue 15):
+  // bounds are sharp enough to see them):
   production_clip_without_epsilon,  // production's clip coefficient as clip / norm
   adam_epsilon_scaled_by_bias_correction,  // AdamW adds eps * sqrt(1 - b2^t), not eps, to sqrt(v_hat)
   loss_scale_one_part_in_a_billion,  // the gradients' loss scale (1 + 1e-9) x SPEC 5's
-  // A precision bug of a few fp32 roundings (production fp32: only the statistical bounds see it;
-  // issue 15 item 2):
+  // A precision bug of a few fp32 roundings (production fp32: only the statistical bounds see it,
+  // the worst-case ones being far above its error):
   norm_squares_summed_in_fp32,  // the norm's squares added in fp32, not double
 };
 std::vector<Mutant> all_mutants();

@@ -37,7 +37,8 @@ std::unique_ptr<Backend> make_backend(Device device, int device_index, HostKerne
 #else
   (void)device_index;
   throw std::runtime_error(
-      "--device cuda: the cuda backend is not built yet; fix: use --device cpu");
+      "--device cuda: this build of the production sources (the semantic twin, Real = double) has no cuda "
+      "backend; fix: use --device cpu");
 #endif
 }
 

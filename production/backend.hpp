@@ -227,8 +227,8 @@ bool cuda_backend_built();
 enum class HostKernels { fast, ordered };
 
 // The backend for `device` (for cuda, on CUDA device `device_index`: a rank's local rank; for
-// cpu, with `host_kernels` on `cpu_threads` threads). Device::cuda throws std::runtime_error "the
-// cuda backend is not built yet" until it is, and names the CUDA error when no device answers.
+// cpu, with `host_kernels` on `cpu_threads` threads). Device::cuda throws std::runtime_error naming the
+// CUDA error when no device answers, and in the semantic build (Real = double), which has no cuda backend.
 std::unique_ptr<Backend> make_backend(Device device, int device_index = 0, HostKernels host_kernels = HostKernels::fast,
                                       int cpu_threads = 1);
 

@@ -1,6 +1,6 @@
-// What a training log's iteration records prove about themselves, checked exactly (issue 15
-// item 3): `tandem audit` recomputes, for every record, in the arithmetic the engine that wrote it
-// uses, and compares bit for bit (no bound):
+// What a training log's iteration records prove about themselves, checked exactly, so that a log
+// vouches for its own numbers without a rerun: `tandem audit` recomputes, for every record, in the
+// arithmetic the engine that wrote it uses, and compares bit for bit (no bound):
 //   - the skip decision: update_successful iff grad_norm and loss are finite (SPEC 8);
 //   - the clip decision and coefficient: coeff = clip_grad / (grad_norm + 1e-6), clipped iff
 //     coeff < 1, clip_coeff = coeff when clipped and 1 otherwise (1 with --clip-grad 0 and on a

@@ -1,4 +1,4 @@
-// `tandem data inspect` (issue 13 part 5; docs/DATA.md section 14): one training sample as text a
+// `tandem data inspect` (docs/DATA.md section 14): one training sample as text a
 // person can read: its tokens decoded, where its documents begin and end, and per position the
 // input, the label, the loss mask, the RoPE position and the attention span, each with why a
 // position does not count. It only prints: the masks and positions are the Sample the trainers
