@@ -47,16 +47,7 @@ RunConfig pp_run(std::int64_t pp, std::int64_t tp = 1, std::int64_t dp = 1) {
   config.parallel.tensor_parallel = tp;
   config.parallel.sequence_parallel = tp > 1;
   config.parallel.world_size = tp * pp * dp;
-  config.optimizer.adam_beta2 = 0.95;
-  config.optimizer.clip_grad = 0.5;
-  config.schedule.lr = 1e-3;
-  config.schedule.lr_warmup_init = 1e-4;
-  config.schedule.lr_warmup_samples = 4;
-  config.schedule.lr_decay_style = LrDecayStyle::cosine;
-  config.schedule.weight_decay = 0.1;
-  config.schedule.start_weight_decay = 0.1;
-  config.schedule.end_weight_decay = 0.1;
-  config.schedule.wd_incr_samples = 32;
+  testing::set_clipped_cosine_schedule(config);
   return config;
 }
 

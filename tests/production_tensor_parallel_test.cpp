@@ -42,17 +42,8 @@ RunConfig tp_run(std::int64_t tp, std::int64_t dp, bool sequence_parallel, bool 
   config.parallel.tensor_parallel = tp;
   config.parallel.sequence_parallel = sequence_parallel;
   config.parallel.world_size = tp * dp;
-  config.optimizer.adam_beta2 = 0.95;
-  config.optimizer.clip_grad = 0.5;
+  testing::set_clipped_cosine_schedule(config);
   config.optimizer.bf16 = bf16;
-  config.schedule.lr = 1e-3;
-  config.schedule.lr_warmup_init = 1e-4;
-  config.schedule.lr_warmup_samples = 4;
-  config.schedule.lr_decay_style = LrDecayStyle::cosine;
-  config.schedule.weight_decay = 0.1;
-  config.schedule.start_weight_decay = 0.1;
-  config.schedule.end_weight_decay = 0.1;
-  config.schedule.wd_incr_samples = 32;
   return config;
 }
 

@@ -26,6 +26,21 @@ inline production::ProductionOptions cpu_options() {
   return options;
 }
 
+// The optimizer and schedule the tensor- and pipeline-parallel runs share: clipping at 0.5, warmup
+// from lr 1e-4 over 4 samples into cosine decay from 1e-3, and a constant weight decay of 0.1.
+inline void set_clipped_cosine_schedule(RunConfig& config) {
+  config.optimizer.adam_beta2 = 0.95;
+  config.optimizer.clip_grad = 0.5;
+  config.schedule.lr = 1e-3;
+  config.schedule.lr_warmup_init = 1e-4;
+  config.schedule.lr_warmup_samples = 4;
+  config.schedule.lr_decay_style = LrDecayStyle::cosine;
+  config.schedule.weight_decay = 0.1;
+  config.schedule.start_weight_decay = 0.1;
+  config.schedule.end_weight_decay = 0.1;
+  config.schedule.wd_incr_samples = 32;
+}
+
 // config.parallel's TP x PP x DP ranks on threads, the cpu backend.
 struct Ranks {
   explicit Ranks(const RunConfig& config, const production::ProductionOptions& options = cpu_options())
