@@ -10,19 +10,17 @@
 #include <fstream>
 #include <sstream>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/args.hpp"
 #include "core/data/byte_level_bpe.hpp"
+#include "tests/support/data_build.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem::data {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::CommandResult;
 using testing::run_tandem;
 const fs::path kFixtures = fs::path(TANDEM_SOURCE_DIR) / "fixtures/tokenizers";
 const std::string kVocab = (kFixtures / "gpt2-bpe/vocab.json").string();
@@ -41,23 +39,9 @@ std::string read_all(const fs::path& path) {
   return text.str();
 }
 
-class BpeBuild : public ::testing::Test {
+class BpeBuild : public testing::DataBuildTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("tandem-bpe-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    std::ofstream(root_ / "docs.jsonl") << R"({"text": "the dog", "body": " the"})" << "\n"
-                                        << R"({"text": "", "body": "x"})" << "\n";
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  CommandResult build(std::vector<std::string> options) {
-    std::vector<std::string> arguments{"data", "build", "--input", (root_ / "docs.jsonl").string(), "--output-prefix",
-                                       (root_ / "ds").string()};
-    arguments.insert(arguments.end(), options.begin(), options.end());
-    return run_tandem(arguments, "", "2>&1");
-  }
-  fs::path root_;
+  BpeBuild() : DataBuildTest("bpe", R"({"text": "the dog", "body": " the"})" "\n" R"({"text": "", "body": "x"})" "\n") {}
 };
 
 // GPT-2's pattern: a whitespace run leaves its last space to the next word (\s+(?!\S)); U+0085

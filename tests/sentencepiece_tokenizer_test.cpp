@@ -4,8 +4,6 @@
 // naming the option, the value, the rule and the fix). Agreement with Megatron's own
 // build_tokenizer over the PyPI sentencepiece, token for token and byte for byte on thousands of
 // characters, is tests/tokenizers/check_sentencepiece.py's (ctest -R SentencePieceTokenizer).
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +16,7 @@
 #include "core/data/indexed_dataset.hpp"
 #include "core/data/sentencepiece_model.hpp"
 #include "core/data/tokenizer.hpp"
+#include "tests/support/data_build.hpp"
 #include "tests/support/parse_run.hpp"
 #include "tests/support/run_tandem.hpp"
 
@@ -25,7 +24,6 @@ namespace tandem::data {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::CommandResult;
 using testing::run_tandem;
 
 // fixtures/tokenizers/regenerate-sentencepiece trains these (sentencepiece 0.2.0, one thread).
@@ -109,24 +107,10 @@ TEST(SentencePieceTokenizerIds, AsMegatronCoreTakesThem) {
   EXPECT_EQ(run.tokenizer.pad_token, kNoPadToken);
 }
 
-class SentencePieceBuild : public ::testing::Test {
+class SentencePieceBuild : public testing::DataBuildTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("tandem-sp-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    std::ofstream(root_ / "docs.jsonl") << R"({"text": "1234"})" << "\n"
-                                        << R"({"text": ""})" << "\n"
-                                        << "{\"text\": \"\xe0\xbc\x80\"}\n";
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  CommandResult build(std::vector<std::string> options) {
-    std::vector<std::string> arguments{"data", "build", "--input", (root_ / "docs.jsonl").string(), "--output-prefix",
-                                       (root_ / "ds").string()};
-    arguments.insert(arguments.end(), options.begin(), options.end());
-    return run_tandem(arguments, "", "2>&1");
-  }
-  fs::path root_;
+  SentencePieceBuild()
+      : DataBuildTest("sp", R"({"text": "1234"})" "\n" R"({"text": ""})" "\n" "{\"text\": \"\xe0\xbc\x80\"}\n") {}
 };
 
 // Each non-empty document is the model's encode_as_ids with the EOD (EOS) after it, no BOS; the
