@@ -378,6 +378,24 @@ TEST(ReferenceOpsFiniteDifference, AttentionWithDocumentSpansAndGroupedQueries) 
   expect_gradient_matches(check_gradient(objective, point, analytic, all_indices(point.size()), "attention"));
 }
 
+// The SwiGLU checks' objective: sum_i weights_i * swiglu(gate_i, up_i) over at = [gate, up], each
+// [count].
+Real50 weighted_swiglu(const std::vector<Real50>& at, const std::vector<Real50>& weights, std::int64_t count) {
+  std::vector<Real50> hidden(count);  // [count]
+  swiglu_forward(at.data(), at.data() + count, count, hidden.data());
+  Real50 objective_value = 0;
+  for (std::int64_t i = 0; i < count; ++i) objective_value += weights[static_cast<std::size_t>(i)] * hidden[static_cast<std::size_t>(i)];
+  return objective_value;
+}
+
+// weighted_swiglu's analytic gradient at point, [gate, up].
+std::vector<Real50> weighted_swiglu_gradient(const std::vector<Real50>& point, const std::vector<Real50>& weights,
+                                             std::int64_t count) {
+  std::vector<Real50> analytic(point.size(), Real50(0));
+  swiglu_backward(point.data(), point.data() + count, weights.data(), count, analytic.data(), analytic.data() + count);
+  return analytic;
+}
+
 TEST(ReferenceOpsFiniteDifference, SwiGlu) {
   TestInputs inputs(15);
   const std::int64_t count = 9;
@@ -386,16 +404,8 @@ TEST(ReferenceOpsFiniteDifference, SwiGlu) {
   const std::vector<Real50> up = inputs.uniform_vector<Real50>(count, -2, 2);
   point.insert(point.end(), up.begin(), up.end());
   const std::vector<Real50> output_weights = inputs.uniform_vector<Real50>(count, -1, 1);
-  auto objective = [&](const std::vector<Real50>& at) {
-    std::vector<Real50> hidden(count);  // [count]
-    swiglu_forward(at.data(), at.data() + count, count, hidden.data());
-    Real50 objective_value = 0;
-    for (std::int64_t i = 0; i < count; ++i) objective_value += output_weights[static_cast<std::size_t>(i)] * hidden[static_cast<std::size_t>(i)];
-    return objective_value;
-  };
-  std::vector<Real50> analytic(point.size(), Real50(0));
-  swiglu_backward(point.data(), point.data() + count, output_weights.data(), count, analytic.data(),
-                  analytic.data() + count);
+  auto objective = [&](const std::vector<Real50>& at) { return weighted_swiglu(at, output_weights, count); };
+  std::vector<Real50> analytic = weighted_swiglu_gradient(point, output_weights, count);
   expect_gradient_matches(check_gradient(objective, point, analytic, all_indices(point.size()), "swiglu"));
 }
 
@@ -438,16 +448,8 @@ TEST(ReferenceOpsFiniteDifference, NegativeControlRejectsAPerturbedGradient) {
   const std::int64_t count = 5;
   std::vector<Real50> point = inputs.uniform_vector<Real50>(2 * count, -2, 2);  // [gate, up]
   const std::vector<Real50> output_weights = inputs.uniform_vector<Real50>(count, -1, 1);
-  auto objective = [&](const std::vector<Real50>& at) {
-    std::vector<Real50> hidden(count);  // [count]
-    swiglu_forward(at.data(), at.data() + count, count, hidden.data());
-    Real50 objective_value = 0;
-    for (std::int64_t i = 0; i < count; ++i) objective_value += output_weights[static_cast<std::size_t>(i)] * hidden[static_cast<std::size_t>(i)];
-    return objective_value;
-  };
-  std::vector<Real50> analytic(point.size(), Real50(0));
-  swiglu_backward(point.data(), point.data() + count, output_weights.data(), count, analytic.data(),
-                  analytic.data() + count);
+  auto objective = [&](const std::vector<Real50>& at) { return weighted_swiglu(at, output_weights, count); };
+  std::vector<Real50> analytic = weighted_swiglu_gradient(point, output_weights, count);
   const Real50 relative_perturbation("1e-18");
   analytic[2] *= 1 + relative_perturbation;
   const GradientCheck check = check_gradient(objective, point, analytic, all_indices(point.size()), "perturbed swiglu");
