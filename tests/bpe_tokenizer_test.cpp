@@ -8,13 +8,13 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/args.hpp"
 #include "core/data/byte_level_bpe.hpp"
 #include "tests/support/data_build.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem::data {
@@ -30,13 +30,6 @@ const std::string kLlama3 = (kFixtures / "llama3-bpe").string();
 std::int32_t vocab_id(const fs::path& vocab_json, const std::string& token) {
   std::ifstream in(vocab_json);
   return nlohmann::json::parse(in).at(token).get<std::int32_t>();
-}
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 class BpeBuild : public testing::DataBuildTest {
@@ -93,8 +86,8 @@ TEST_F(BpeBuild, JsonKeysPicksTheFieldAndProgressGoesToStderr) {
 
 TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   ASSERT_EQ(build({}).exit_code, 0);
-  const std::string bin = read_all(root_ / "ds_text_document.bin");
-  const std::string idx = read_all(root_ / "ds_text_document.idx");
+  const std::string bin = testing::bytes_of(root_ / "ds_text_document.bin");
+  const std::string idx = testing::bytes_of(root_ / "ds_text_document.idx");
   std::ofstream(root_ / "no-header.txt") << "\xc4\xa0 t\n";
   fs::create_directories(root_ / "normalized");
   {
@@ -137,8 +130,8 @@ TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   const auto bad_line = build({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", kLlama3});
   EXPECT_EQ(bad_line.exit_code, 2) << bad_line.output;
   EXPECT_NE(bad_line.output.find("docs.jsonl:3:"), std::string::npos) << bad_line.output;
-  EXPECT_EQ(read_all(root_ / "ds_text_document.bin"), bin);
-  EXPECT_EQ(read_all(root_ / "ds_text_document.idx"), idx);
+  EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.bin"), bin);
+  EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.idx"), idx);
 }
 
 }  // namespace

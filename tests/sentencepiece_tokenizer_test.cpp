@@ -6,7 +6,6 @@
 // characters, is tests/tokenizers/check_sentencepiece.py's (ctest -R SentencePieceTokenizer).
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "core/data/sentencepiece_model.hpp"
 #include "core/data/tokenizer.hpp"
 #include "tests/support/data_build.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/parse_run.hpp"
 #include "tests/support/run_tandem.hpp"
 
@@ -38,13 +38,6 @@ constexpr std::int32_t kBos = 1;
 constexpr std::int32_t kEos = 2;
 // With byte fallback the 256 byte pieces <0x00>..<0xFF> follow the meta pieces (unk, bos, eos).
 constexpr std::int32_t kFirstBytePiece = 3;
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 TEST(SentencePieceModel, ReadsTheModelsPiecesAndSpecialIds) {
   const auto llama2 = SentencePieceModel::load(kLlama2, "--tokenizer-model");
@@ -135,8 +128,8 @@ TEST_F(SentencePieceBuild, DocumentsAreEncodeAsIdsThenTheEod) {
 
 TEST_F(SentencePieceBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   ASSERT_EQ(build({"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", kUnigram}).exit_code, 0);
-  const std::string bin = read_all(root_ / "ds_text_document.bin");
-  const std::string idx = read_all(root_ / "ds_text_document.idx");
+  const std::string bin = testing::bytes_of(root_ / "ds_text_document.bin");
+  const std::string idx = testing::bytes_of(root_ / "ds_text_document.idx");
   std::ofstream(root_ / "text.model") << "this is not a protobuf\n";
   const std::string missing = (root_ / "missing.model").string();
   const std::string text = (root_ / "text.model").string();
@@ -162,8 +155,8 @@ TEST_F(SentencePieceBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
     EXPECT_NE(result.output.find(refused.says), std::string::npos) << "expected \"" << refused.says << "\" in:\n"
                                                                    << result.output;
     EXPECT_NE(result.output.find("fix: "), std::string::npos) << result.output;
-    EXPECT_EQ(read_all(root_ / "ds_text_document.bin"), bin);
-    EXPECT_EQ(read_all(root_ / "ds_text_document.idx"), idx);
+    EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.bin"), bin);
+    EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.idx"), idx);
   }
 }
 
