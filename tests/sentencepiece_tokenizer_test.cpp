@@ -150,11 +150,7 @@ TEST_F(SentencePieceBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
        "--vocab-file = " + kUnigram + ": is read only by --tokenizer-type GPT2BPETokenizer"},
   };
   for (const auto& refused : cases) {
-    const auto result = build(refused.options);
-    EXPECT_EQ(result.exit_code, 2) << result.output;
-    EXPECT_NE(result.output.find(refused.says), std::string::npos) << "expected \"" << refused.says << "\" in:\n"
-                                                                   << result.output;
-    EXPECT_NE(result.output.find("fix: "), std::string::npos) << result.output;
+    expect_build_refused(refused.options, refused.says);
     EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.bin"), bin);
     EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.idx"), idx);
   }

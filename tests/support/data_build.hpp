@@ -1,6 +1,6 @@
 // The fixture of the `tandem data build` tests with real tokenizers (tests/bpe_tokenizer_test.cpp,
 // sentencepiece_tokenizer_test.cpp): a folder of the test's own holding docs.jsonl, removed
-// afterwards, and the build of it into ROOT/ds with the test's tokenizer options.
+// afterwards, the build of it into ROOT/ds with the test's tokenizer options, and its refusal.
 #pragma once
 
 #include <unistd.h>
@@ -36,6 +36,14 @@ class DataBuildTest : public ::testing::Test {
                                        (root_ / "ds").string()};
     arguments.insert(arguments.end(), options.begin(), options.end());
     return run_tandem(arguments, "", "2>&1");
+  }
+
+  // The build with `options` is refused as bad input (exit 2), saying `says` and how to fix it.
+  void expect_build_refused(const std::vector<std::string>& options, const std::string& says) {
+    const auto result = build(options);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find(says), std::string::npos) << "expected \"" << says << "\" in:\n" << result.output;
+    EXPECT_NE(result.output.find("fix: "), std::string::npos) << result.output;
   }
 
   std::filesystem::path root_;
