@@ -8,21 +8,19 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
-#include <sstream>
-
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "core/args.hpp"
 #include "core/data/byte_level_bpe.hpp"
+#include "tests/support/data_build.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/run_tandem.hpp"
 
 namespace tandem::data {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::CommandResult;
 using testing::run_tandem;
 const fs::path kFixtures = fs::path(TANDEM_SOURCE_DIR) / "fixtures/tokenizers";
 const std::string kVocab = (kFixtures / "gpt2-bpe/vocab.json").string();
@@ -34,30 +32,9 @@ std::int32_t vocab_id(const fs::path& vocab_json, const std::string& token) {
   return nlohmann::json::parse(in).at(token).get<std::int32_t>();
 }
 
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-class BpeBuild : public ::testing::Test {
+class BpeBuild : public testing::DataBuildTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("tandem-bpe-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    std::ofstream(root_ / "docs.jsonl") << R"({"text": "the dog", "body": " the"})" << "\n"
-                                        << R"({"text": "", "body": "x"})" << "\n";
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  CommandResult build(std::vector<std::string> options) {
-    std::vector<std::string> arguments{"data", "build", "--input", (root_ / "docs.jsonl").string(), "--output-prefix",
-                                       (root_ / "ds").string()};
-    arguments.insert(arguments.end(), options.begin(), options.end());
-    return run_tandem(arguments, "", "2>&1");
-  }
-  fs::path root_;
+  BpeBuild() : DataBuildTest("bpe", R"({"text": "the dog", "body": " the"})" "\n" R"({"text": "", "body": "x"})" "\n") {}
 };
 
 // GPT-2's pattern: a whitespace run leaves its last space to the next word (\s+(?!\S)); U+0085
@@ -109,8 +86,8 @@ TEST_F(BpeBuild, JsonKeysPicksTheFieldAndProgressGoesToStderr) {
 
 TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   ASSERT_EQ(build({}).exit_code, 0);
-  const std::string bin = read_all(root_ / "ds_text_document.bin");
-  const std::string idx = read_all(root_ / "ds_text_document.idx");
+  const std::string bin = testing::bytes_of(root_ / "ds_text_document.bin");
+  const std::string idx = testing::bytes_of(root_ / "ds_text_document.idx");
   std::ofstream(root_ / "no-header.txt") << "\xc4\xa0 t\n";
   fs::create_directories(root_ / "normalized");
   {
@@ -142,19 +119,15 @@ TEST_F(BpeBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
       {{"--tokenizer-model", kLlama3}, "--tokenizer-model = " + kLlama3 + ": is read only by --tokenizer-type"},
   };
   for (const auto& refused : cases) {
-    const auto result = build(refused.options);
-    EXPECT_EQ(result.exit_code, 2) << result.output;
-    EXPECT_NE(result.output.find(refused.says), std::string::npos) << "expected \"" << refused.says << "\" in:\n"
-                                                                   << result.output;
-    EXPECT_NE(result.output.find("fix: "), std::string::npos) << result.output;
+    expect_build_refused(refused.options, refused.says);
   }
   // A bad line after good ones, with a real tokenizer: exit 2, the old pair untouched.
   std::ofstream(root_ / "docs.jsonl", std::ios::app) << "{\"text\": 5}\n";
   const auto bad_line = build({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", kLlama3});
   EXPECT_EQ(bad_line.exit_code, 2) << bad_line.output;
   EXPECT_NE(bad_line.output.find("docs.jsonl:3:"), std::string::npos) << bad_line.output;
-  EXPECT_EQ(read_all(root_ / "ds_text_document.bin"), bin);
-  EXPECT_EQ(read_all(root_ / "ds_text_document.idx"), idx);
+  EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.bin"), bin);
+  EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.idx"), idx);
 }
 
 }  // namespace

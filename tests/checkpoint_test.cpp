@@ -815,10 +815,16 @@ TEST(Checkpoint, ASaveClearsWhatACrashedSaveLeftBehind) {
 // ---------------------------------------------------------------------------------------------
 // Resume settings (SPEC 9)
 
-TEST(ResumeSettings, AnUnchangedRunHasNoChanges) {
-  const RunConfig config = tiny_run_config();
+// The run's settings as a checkpoint records them: what a resume is compared against.
+json saved_settings(const RunConfig& config) {
   json saved;
   to_json(saved, config);
+  return saved;
+}
+
+TEST(ResumeSettings, AnUnchangedRunHasNoChanges) {
+  const RunConfig config = tiny_run_config();
+  json saved = saved_settings(config);
   EXPECT_TRUE(changed_resume_settings(saved, config).empty());
   EXPECT_TRUE(check_resume_settings(saved, config).empty());
   // Settings outside the comparison may change: more training samples, another save interval.
@@ -831,8 +837,7 @@ TEST(ResumeSettings, AnUnchangedRunHasNoChanges) {
 
 TEST(ResumeSettings, ListsEveryChangedSettingAndRefusesWithoutOverride) {
   const RunConfig config = tiny_run_config();
-  json saved;
-  to_json(saved, config);
+  json saved = saved_settings(config);
   RunConfig resumed = config;
   resumed.schedule.lr = 0.25;
   resumed.schedule.lr_decay_style = LrDecayStyle::cosine;
@@ -865,8 +870,7 @@ TEST(ResumeSettings, ListsEveryChangedSettingAndRefusesWithoutOverride) {
 
 TEST(ResumeSettings, AModelShapeChangeIsRefusedEvenWithOverride) {
   const RunConfig config = tiny_run_config();
-  json saved;
-  to_json(saved, config);
+  json saved = saved_settings(config);
   RunConfig resumed = config;
   resumed.model.hidden_size = 32;
   resumed.model.tie_embeddings = true;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -207,6 +208,24 @@ struct HandMade {
   }
 };
 
+// `made` written out must be refused with an error naming every one of `parts`.
+void expect_hand_made_refused(const HandMade& made, const std::vector<std::string>& parts) {
+  TempDir dir;
+  made.write(dir);
+  expect_refused(dir / "ds", parts);
+}
+
+// The valid hand-made dataset with its .idx bytes changed by `edit` must be refused with an error
+// naming every one of `parts`.
+void expect_edited_idx_refused(const std::function<void(Bytes&)>& edit, const std::vector<std::string>& parts) {
+  TempDir dir;
+  HandMade{}.write(dir);
+  auto idx = read_file(dir / "ds.idx");
+  edit(idx);
+  write_file(dir / "ds.idx", idx);
+  expect_refused(dir / "ds", parts);
+}
+
 TEST(IndexedDatasetRefuses, NothingWhenTheHandMadeDatasetIsValid) {
   TempDir dir;
   HandMade{}.write(dir);
@@ -215,63 +234,39 @@ TEST(IndexedDatasetRefuses, NothingWhenTheHandMadeDatasetIsValid) {
 }
 
 TEST(IndexedDatasetRefuses, TruncatedHeader) {
-  TempDir dir;
-  HandMade{}.write(dir);
-  auto idx = read_file(dir / "ds.idx");
-  idx.resize(20);
-  write_file(dir / "ds.idx", idx);
-  expect_refused(dir / "ds", {"ds.idx", "file size", "20 bytes", "truncated"});
+  expect_edited_idx_refused([](Bytes& idx) { idx.resize(20); }, {"ds.idx", "file size", "20 bytes", "truncated"});
 }
 
 TEST(IndexedDatasetRefuses, TruncatedBody) {
-  TempDir dir;
-  HandMade{}.write(dir);
-  auto idx = read_file(dir / "ds.idx");
-  idx.resize(idx.size() - 8);  // drop the last document index
-  write_file(dir / "ds.idx", idx);
-  expect_refused(dir / "ds", {"ds.idx", "document-index count D+1", "3", "truncated"});
+  // Drop the last document index.
+  expect_edited_idx_refused([](Bytes& idx) { idx.resize(idx.size() - 8); },
+                            {"ds.idx", "document-index count D+1", "3", "truncated"});
 }
 
 TEST(IndexedDatasetRefuses, TrailingBytes) {
-  TempDir dir;
-  HandMade{}.write(dir);
-  auto idx = read_file(dir / "ds.idx");
-  idx.push_back(0);
-  write_file(dir / "ds.idx", idx);
-  expect_refused(dir / "ds", {"ds.idx", "file size", "trailing bytes"});
+  expect_edited_idx_refused([](Bytes& idx) { idx.push_back(0); }, {"ds.idx", "file size", "trailing bytes"});
 }
 
 TEST(IndexedDatasetRefuses, WrongMagic) {
-  TempDir dir;
-  HandMade{}.write(dir);
-  auto idx = read_file(dir / "ds.idx");
-  idx[0] = 'X';
-  write_file(dir / "ds.idx", idx);
-  expect_refused(dir / "ds", {"ds.idx", "magic", "MMIDIDX"});
+  expect_edited_idx_refused([](Bytes& idx) { idx[0] = 'X'; }, {"ds.idx", "magic", "MMIDIDX"});
 }
 
 TEST(IndexedDatasetRefuses, WrongVersion) {
-  TempDir dir;
   HandMade made;
   made.version = 2;
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "version = 2", "expected 1"});
+  expect_hand_made_refused(made, {"ds.idx", "version = 2", "expected 1"});
 }
 
 TEST(IndexedDatasetRefuses, UnknownDtypeCode) {
-  TempDir dir;
   HandMade made;
   made.dtype = 9;
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "dtype code = 9", "1..8"});
+  expect_hand_made_refused(made, {"ds.idx", "dtype code = 9", "1..8"});
 }
 
 TEST(IndexedDatasetRefuses, FloatDtype) {
-  TempDir dir;
   HandMade made;
   made.dtype = 7;
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "dtype code = 7 (float32)", "integer"});
+  expect_hand_made_refused(made, {"ds.idx", "dtype code = 7 (float32)", "integer"});
 }
 
 TEST(IndexedDatasetRefuses, DtypeMismatchWithTheExpectedDtype) {
@@ -282,61 +277,47 @@ TEST(IndexedDatasetRefuses, DtypeMismatchWithTheExpectedDtype) {
 }
 
 TEST(IndexedDatasetRefuses, DtypeMismatchWithTheBinSize) {
-  TempDir dir;
   HandMade made;
   made.dtype = 4;                // the header claims int32 ...
   made.offsets = {0, 3 * 4};     // ... consistently within .idx ...
   made.tokens.push_back(0);      // ... but .bin holds 6 uint16 tokens = 12 bytes, not 20
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "past the end of .bin"});
+  expect_hand_made_refused(made, {"ds.idx", "past the end of .bin"});
 }
 
 TEST(IndexedDatasetRefuses, BinLongerThanTheIndexDescribes) {
-  TempDir dir;
   HandMade made;
   made.tokens.push_back(5);  // one extra uint16 token
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.bin", "file size", "12 bytes", "10 bytes", "dtype mismatch"});
+  expect_hand_made_refused(made, {"ds.bin", "file size", "12 bytes", "10 bytes", "dtype mismatch"});
 }
 
 TEST(IndexedDatasetRefuses, LengthPastTheEndOfBin) {
-  TempDir dir;
   HandMade made;
   made.lengths = {3, 9};
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "offsets[1] + lengths[1]", "24 bytes", "past the end"});
+  expect_hand_made_refused(made, {"ds.idx", "offsets[1] + lengths[1]", "24 bytes", "past the end"});
 }
 
 TEST(IndexedDatasetRefuses, NonContiguousOffset) {
-  TempDir dir;
   HandMade made;
   made.offsets = {0, 4};
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "offsets[1] = 4", "expected 6"});
+  expect_hand_made_refused(made, {"ds.idx", "offsets[1] = 4", "expected 6"});
 }
 
 TEST(IndexedDatasetRefuses, DocumentIndexPastTheEnd) {
-  TempDir dir;
   HandMade made;
   made.documents = {0, 1, 3};
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "document indices[2] = 3", "past the end"});
+  expect_hand_made_refused(made, {"ds.idx", "document indices[2] = 3", "past the end"});
 }
 
 TEST(IndexedDatasetRefuses, NonMonotonicDocumentIndices) {
-  TempDir dir;
   HandMade made;
   made.documents = {0, 2, 1, 2};
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "document indices[2] = 1", "non-monotonic"});
+  expect_hand_made_refused(made, {"ds.idx", "document indices[2] = 1", "non-monotonic"});
 }
 
 TEST(IndexedDatasetRefuses, DocumentsNotCoveringEverySequence) {
-  TempDir dir;
   HandMade made;
   made.documents = {0, 1};
-  made.write(dir);
-  expect_refused(dir / "ds", {"ds.idx", "document indices[1] = 1", "N = 2"});
+  expect_hand_made_refused(made, {"ds.idx", "document indices[1] = 1", "N = 2"});
 }
 
 TEST(IndexedDatasetRefuses, MissingFile) {

@@ -18,6 +18,7 @@
 #include "equivalence/generators.hpp"
 #include "equivalence/statistical_bounds.hpp"
 #include "equivalence/twin.hpp"
+#include "tests/support/tiny_reference_model.hpp"
 
 namespace tandem::equivalence {
 namespace {
@@ -88,12 +89,7 @@ OneUpdate one_update(const TwinKind& truth, const TwinKind& fast, std::uint64_t 
                      const DocumentLayout& documents = fixed_documents()) {
   OneUpdate run;
   RunConfig& config = run.config;
-  config.model.num_layers = 2;
-  config.model.hidden_size = 16;
-  config.model.ffn_hidden_size = 32;
-  config.model.num_attention_heads = 4;
-  config.model.num_query_groups = 2;
-  config.model.seq_length = 16;
+  config.model = testing::tiny_reference_model();
   config.batch.micro_batch_size = 2;
   config.batch.global_batch_size = 4;
   config.schedule.train_samples = 4;

@@ -37,6 +37,22 @@ class ProductionCli : public testing::TinyTrainCli {
   std::vector<std::string> tiny(const std::vector<std::string>& extra = {}) const {
     return tiny_train({"--engine", "production", "--device", "cpu"}, extra);
   }
+
+  // A 2-rank run of 200 iterations into `stopped`, signalled during the run with its output in
+  // ROOT/out.txt: it exited 0, rank 0 alone wrote `needle`, and it saved a checkpoint before the
+  // end at the log's last iteration, both ranks' files. Fatal when the needle or the checkpoint is
+  // missing or the run was not stopped early: call it under ASSERT_NO_FATAL_FAILURE.
+  void expect_stopped_with_a_checkpoint(int exit_code, const std::string& needle, const fs::path& stopped) const {
+    const std::string output = testing::bytes_of(root_ / "out.txt");
+    EXPECT_EQ(exit_code, 0) << output;
+    ASSERT_NE(output.find(needle), std::string::npos) << output;
+    EXPECT_EQ(output.find(needle), output.rfind(needle)) << "rank 0 alone speaks: " << output;
+    const std::optional<std::int64_t> at = checkpoint::read_latest_iteration(stopped);
+    ASSERT_TRUE(at.has_value());
+    ASSERT_LT(*at, 200) << "the run ended before the signal: the test proved nothing";
+    EXPECT_EQ(read_log(stopped / "log.jsonl").back()["iteration"], *at);
+    EXPECT_EQ(tensor_files_of(stopped / checkpoint::iteration_directory_name(*at)).size(), 2u);
+  }
 };
 
 TEST_F(ProductionCli, LogHeaderRecordsAndAuditOnCpu) {
@@ -255,17 +271,8 @@ TEST_F(ProductionCli, SigtermToOneRankStopsEveryRankWithACheckpointAndResumeIsBi
   const int exit_code = testing::signal_tandem_during_run(
       with(stopped, {"--exit-signal-handler"}), mpirun, (root_ / "out.txt").string(),
       (stopped / "log.jsonl").string(), 3, testing::SignalTarget::last_child);
-  const std::string output = testing::bytes_of(root_ / "out.txt");
-  EXPECT_EQ(exit_code, 0) << output;
   // Rank 0 speaks: it names the signal when it got it, else says another rank did.
-  const std::string needle = " (--exit-signal-handler); checkpoint saved";
-  ASSERT_NE(output.find(needle), std::string::npos) << output;
-  EXPECT_EQ(output.find(needle), output.rfind(needle)) << "rank 0 alone speaks: " << output;
-  const std::optional<std::int64_t> at = checkpoint::read_latest_iteration(stopped);
-  ASSERT_TRUE(at.has_value());
-  ASSERT_LT(*at, 200) << "the run ended before the signal: the test proved nothing";
-  EXPECT_EQ(read_log(stopped / "log.jsonl").back()["iteration"], *at);
-  EXPECT_EQ(tensor_files_of(stopped / checkpoint::iteration_directory_name(*at)).size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(expect_stopped_with_a_checkpoint(exit_code, " (--exit-signal-handler); checkpoint saved", stopped));
 
   const auto resumed = run_tandem(with(stopped, {"--load", stopped.string()}), mpirun, "2>&1");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -285,16 +292,8 @@ TEST_F(ProductionCli, SigusrOneToMpirunStopsEveryRankWithACheckpoint) {
   const int exit_code = testing::signal_tandem_during_run(arguments, mpirun, (root_ / "out.txt").string(),
                                                           (stopped / "log.jsonl").string(), 3,
                                                           testing::SignalTarget::process, "USR1");
-  const std::string output = testing::bytes_of(root_ / "out.txt");
-  EXPECT_EQ(exit_code, 0) << output;
-  const std::string needle = ": SIGUSR1 received (--exit-signal-handler); checkpoint saved";
-  ASSERT_NE(output.find(needle), std::string::npos) << output;
-  EXPECT_EQ(output.find(needle), output.rfind(needle)) << "rank 0 alone speaks: " << output;
-  const std::optional<std::int64_t> at = checkpoint::read_latest_iteration(stopped);
-  ASSERT_TRUE(at.has_value());
-  ASSERT_LT(*at, 200) << "the run ended before the signal: the test proved nothing";
-  EXPECT_EQ(read_log(stopped / "log.jsonl").back()["iteration"], *at);
-  EXPECT_EQ(tensor_files_of(stopped / checkpoint::iteration_directory_name(*at)).size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(
+      expect_stopped_with_a_checkpoint(exit_code, ": SIGUSR1 received (--exit-signal-handler); checkpoint saved", stopped));
 }
 
 // --exit-duration-in-mins: every rank passes a few milliseconds during the first iteration, so the

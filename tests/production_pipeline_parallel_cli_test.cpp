@@ -17,28 +17,19 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "tests/support/files.hpp"
+#include "tests/support/model_parallel_cli.hpp"
 #include "tests/support/run_tandem.hpp"
 #include "tests/support/tiny_train_cli.hpp"
 
 namespace tandem {
 namespace {
 
-namespace fs = std::filesystem;
 using testing::read_log;
 using testing::run_tandem;
 using testing::tensor_files_of;
 
-class PipelineParallelCli : public testing::TinyTrainCli {
- protected:
-  // The tiny run (2 layers, tied embeddings as Megatron's default) on the production cpu backend.
-  std::vector<std::string> tiny(const std::vector<std::string>& extra) const {
-    return tiny_train({"--engine", "production", "--device", "cpu"}, extra);
-  }
-  static std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  }
-};
+// The tiny run: 2 layers, tied embeddings as Megatron's default.
+class PipelineParallelCli : public testing::ModelParallelCli {};
 
 TEST_F(PipelineParallelCli, TwoStagesOnTwoMpiRanksTrainResumeBitExactlyAndExport) {
   const std::string mpirun = testing::mpirun_prefix(2);
@@ -58,13 +49,8 @@ TEST_F(PipelineParallelCli, TwoStagesOnTwoMpiRanksTrainResumeBitExactlyAndExport
             std::string::npos)
       << header.dump();
   // The export holds every stage's tensors once: each exported tensor is the checkpoint's.
-  const auto exported = run_tandem({"export", "--load", resumed.string(), "--hf", (root_ / "hf").string()}, "", "2>&1");
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  const auto hf = checkpoint::read_safetensors(root_ / "hf" / "model.safetensors");
-  const auto saved = checkpoint::load_checkpoint(resumed);
-  for (const auto& tensor : saved.model_tensors) {
-    EXPECT_EQ(checkpoint::find_tensor(hf.tensors, tensor.name, "export"), tensor) << tensor.name;
-  }
+  checkpoint::SafetensorsContents hf;
+  ASSERT_NO_FATAL_FAILURE(expect_export_holds_the_checkpoint(resumed, hf));
 }
 
 TEST_F(PipelineParallelCli, InterleavedStagesOnTwoMpiRanksTrainAndResumeBitExactly) {
@@ -157,28 +143,14 @@ TEST_F(PipelineParallelCli, ACheckpointOfTwoStagesResumesOnOtherLayouts) {
                                       "--exit-interval", "3"}),
                                 mpirun2, "2>&1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  struct Layout {
-    std::string name;
-    std::string launcher;
-    std::vector<std::string> options;
-  };
-  for (const Layout& layout :
-       {Layout{"pp1", "", {}}, Layout{"pp2dp2", mpirun4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}},
-        Layout{"tp2", mpirun2, {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"}}}) {
-    const auto copy = root_ / layout.name;
-    fs::copy(half, copy, fs::copy_options::recursive);
-    const auto resumed = run_tandem(tiny(joined(layout.options, {"--load", copy.string(), "--save", copy.string()})),
-                                    layout.launcher, "2>&1");
-    EXPECT_EQ(resumed.exit_code, 0) << layout.name << ": " << resumed.output;
-    EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << layout.name << ": " << resumed.output;
-    EXPECT_TRUE(fs::exists(copy / "iter_0000006")) << layout.name;
-  }
+  expect_resumes_on(half,
+                    {Layout{"pp1", "", {}},
+                     Layout{"pp2dp2", mpirun4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"}},
+                     Layout{"tp2", mpirun2, {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"}}});
 }
 
 TEST_F(PipelineParallelCli, StagesWithoutALauncherAreRefusedNamingTheCommand) {
-  const auto result = run_tandem(tiny({"--pipeline-model-parallel-size", "2"}), "", "2>&1");
-  EXPECT_EQ(result.exit_code, 2) << result.output;
-  EXPECT_NE(result.output.find("mpirun -np 2"), std::string::npos) << result.output;
+  expect_two_ranks_refused_without_a_launcher("--pipeline-model-parallel-size");
 }
 
 }  // namespace

@@ -48,16 +48,7 @@ RunConfig pp_run(std::int64_t pp, std::int64_t tp = 1, std::int64_t dp = 1) {
   config.parallel.tensor_parallel = tp;
   config.parallel.sequence_parallel = tp > 1;
   config.parallel.world_size = tp * pp * dp;
-  config.optimizer.adam_beta2 = 0.95;
-  config.optimizer.clip_grad = 0.5;
-  config.schedule.lr = 1e-3;
-  config.schedule.lr_warmup_init = 1e-4;
-  config.schedule.lr_warmup_samples = 4;
-  config.schedule.lr_decay_style = LrDecayStyle::cosine;
-  config.schedule.weight_decay = 0.1;
-  config.schedule.start_weight_decay = 0.1;
-  config.schedule.end_weight_decay = 0.1;
-  config.schedule.wd_incr_samples = 32;
+  testing::set_clipped_cosine_schedule(config);
   return config;
 }
 
@@ -309,26 +300,15 @@ TEST(PipelineParallel, ResumeIsBitExactAndACheckpointIsReadAtOtherPipelineTensor
   RunConfig config = pp_run(2, 1, 2);
   config.model.tie_embeddings = true;
   config.parallel.use_distributed_optimizer = true;
-  Ranks straight(config);
-  for (int i = 0; i < 4; ++i) straight.run();
-  Ranks stopped(config);
-  for (int i = 0; i < 2; ++i) stopped.run();
-  const HostState at_save = stopped.state();
   // The sharded save refuses ranges that overlap or leave gaps: the tied embedding saved once.
-  stopped.ranks.each([&](Trainer& trainer, int) { production::save_trainer_checkpoint(trainer, directory); });
-  const MainState<double> whole = checkpoint::read_main_state_widened(
-      make_model_layout(config.model), checkpoint::load_checkpoint(checkpoint::resolve_checkpoint_directory(directory)));
-  EXPECT_EQ(whole.params, std::vector<double>(at_save.params.begin(), at_save.params.end()));
-  Ranks resumed(config);
-  resumed.ranks.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, directory); });
-  expect_same_state(resumed.state(), at_save, "PP 2 x DP 2 resumed");
-  for (int i = 0; i < 2; ++i) resumed.run();
-  expect_same_state(resumed.state(), straight.state(), "PP 2 x DP 2: 2 + resume + 2 vs 4 straight");
+  const testing::SavedMidRun saved = testing::expect_resume_equals_straight(config, directory, "PP 2 x DP 2");
+  const HostState& at_save = saved.at_save;
+  EXPECT_EQ(saved.whole.params, std::vector<double>(at_save.params.begin(), at_save.params.end()));
   for (const auto& [pp, tp, dp] : {std::tuple{1, 1, 1}, std::tuple{4, 1, 1}, std::tuple{2, 2, 1}}) {
     RunConfig other = pp_run(pp, tp, dp);
     other.model.tie_embeddings = true;
     Ranks reshard(other);
-    reshard.ranks.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, directory); });
+    reshard.resume_from(directory);
     expect_same_state(reshard.state(), at_save,
                       "read at PP " + std::to_string(pp) + " x TP " + std::to_string(tp) + " x DP " + std::to_string(dp));
   }

@@ -16,27 +16,18 @@
 #include "core/checkpoint/checkpoint.hpp"
 #include "core/checkpoint/safetensors.hpp"
 #include "tests/support/files.hpp"
+#include "tests/support/model_parallel_cli.hpp"
 #include "tests/support/run_tandem.hpp"
 #include "tests/support/tiny_train_cli.hpp"
 
 namespace tandem {
 namespace {
 
-namespace fs = std::filesystem;
 using testing::read_log;
 using testing::run_tandem;
 
-class TensorParallelCli : public testing::TinyTrainCli {
- protected:
-  // The tiny run (4 heads in 2 groups, F 64: TP 2 and 4 split it) on the production cpu backend.
-  std::vector<std::string> tiny(const std::vector<std::string>& extra) const {
-    return tiny_train({"--engine", "production", "--device", "cpu"}, extra);
-  }
-  static std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  }
-};
+// The tiny run: 4 heads in 2 groups, F 64, which TP 2 and 4 split.
+class TensorParallelCli : public testing::ModelParallelCli {};
 
 TEST_F(TensorParallelCli, TwoMpiRanksWithSequenceParallelismTrainResumeBitExactlyAndExport) {
   const std::string mpirun = testing::mpirun_prefix(2);
@@ -56,13 +47,8 @@ TEST_F(TensorParallelCli, TwoMpiRanksWithSequenceParallelismTrainResumeBitExactl
 
   // The export gathers the whole tensors: each exported tensor is the checkpoint's, the padded
   // vocabulary Megatron's round_up(258, 128 x TP) = 512 rows.
-  const auto exported = run_tandem({"export", "--load", resumed.string(), "--hf", (root_ / "hf").string()}, "", "2>&1");
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  const auto hf = checkpoint::read_safetensors(root_ / "hf" / "model.safetensors");
-  const auto saved = checkpoint::load_checkpoint(resumed);
-  for (const auto& tensor : saved.model_tensors) {
-    EXPECT_EQ(checkpoint::find_tensor(hf.tensors, tensor.name, "export"), tensor) << tensor.name;
-  }
+  checkpoint::SafetensorsContents hf;
+  ASSERT_NO_FATAL_FAILURE(expect_export_holds_the_checkpoint(resumed, hf));
   EXPECT_EQ(checkpoint::find_tensor(hf.tensors, "model.embed_tokens.weight", "export").shape,
             (std::vector<std::int64_t>{512, 32}));
 }
@@ -102,22 +88,10 @@ TEST_F(TensorParallelCli, ACheckpointOfTwoTensorRanksResumesOnOtherLayouts) {
   const auto first = run_tandem(tiny({"--tensor-model-parallel-size", "2", "--save", half.string(), "--exit-interval", "3"}),
                                 mpirun2, "2>&1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  struct Layout {
-    std::string name;
-    std::string launcher;
-    std::vector<std::string> options;
-  };
-  for (const Layout& layout : {Layout{"tp1", "", {"--make-vocab-size-divisible-by", "256"}},
-                               Layout{"tp4", mpirun4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
-                               Layout{"tp2dp2", mpirun4, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer"}}}) {
-    const auto copy = root_ / layout.name;
-    fs::copy(half, copy, fs::copy_options::recursive);
-    const auto resumed = run_tandem(tiny(joined(layout.options, {"--load", copy.string(), "--save", copy.string()})),
-                                    layout.launcher, "2>&1");
-    EXPECT_EQ(resumed.exit_code, 0) << layout.name << ": " << resumed.output;
-    EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << layout.name << ": " << resumed.output;
-    EXPECT_TRUE(fs::exists(copy / "iter_0000006")) << layout.name;
-  }
+  expect_resumes_on(half,
+                    {Layout{"tp1", "", {"--make-vocab-size-divisible-by", "256"}},
+                     Layout{"tp4", mpirun4, {"--tensor-model-parallel-size", "4", "--sequence-parallel"}},
+                     Layout{"tp2dp2", mpirun4, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer"}}});
   // tandem check --load starts both twins from the TP 2 checkpoint (the production twin on TP 2
   // ranks of threads, the reference whole).
   std::vector<std::string> check = tiny_train({}, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
@@ -139,9 +113,7 @@ TEST_F(TensorParallelCli, ACheckpointOfTwoTensorRanksResumesOnOtherLayouts) {
 }
 
 TEST_F(TensorParallelCli, TensorRanksWithoutALauncherAreRefusedNamingTheCommand) {
-  const auto result = run_tandem(tiny({"--tensor-model-parallel-size", "2"}), "", "2>&1");
-  EXPECT_EQ(result.exit_code, 2) << result.output;
-  EXPECT_NE(result.output.find("mpirun -np 2"), std::string::npos) << result.output;
+  expect_two_ranks_refused_without_a_launcher("--tensor-model-parallel-size");
 }
 
 }  // namespace

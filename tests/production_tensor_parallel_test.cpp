@@ -42,17 +42,8 @@ RunConfig tp_run(std::int64_t tp, std::int64_t dp, bool sequence_parallel, bool 
   config.parallel.tensor_parallel = tp;
   config.parallel.sequence_parallel = sequence_parallel;
   config.parallel.world_size = tp * dp;
-  config.optimizer.adam_beta2 = 0.95;
-  config.optimizer.clip_grad = 0.5;
+  testing::set_clipped_cosine_schedule(config);
   config.optimizer.bf16 = bf16;
-  config.schedule.lr = 1e-3;
-  config.schedule.lr_warmup_init = 1e-4;
-  config.schedule.lr_warmup_samples = 4;
-  config.schedule.lr_decay_style = LrDecayStyle::cosine;
-  config.schedule.weight_decay = 0.1;
-  config.schedule.start_weight_decay = 0.1;
-  config.schedule.end_weight_decay = 0.1;
-  config.schedule.wd_incr_samples = 32;
   return config;
 }
 
@@ -142,12 +133,12 @@ TEST(TensorParallel, SharedKeyValueGroupsStartFromTheSameWeightsAndCheckpointEac
   ranks.run();
   const HostState at_save = ranks.state();
   // The sharded save refuses ranges that overlap or leave gaps: every element written once.
-  ranks.ranks.each([&](Trainer& trainer, int) { production::save_trainer_checkpoint(trainer, directory); });
+  ranks.save_to(directory);
   RunConfig whole = config;
   whole.parallel.tensor_parallel = 1;
   whole.parallel.world_size = 1;
   Ranks one(whole);
-  one.ranks.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, directory); });
+  one.resume_from(directory);
   expect_same_state(one.state(), at_save, "TP 4 with G 1, read at TP 1");
   std::filesystem::remove_all(directory);
 }
@@ -188,30 +179,17 @@ TEST(TensorParallel, ResumeIsBitExactAndACheckpointReshardsOverTensorAndDataPara
   };
   RunConfig config = layout(2, 2, true);
   config.parallel.use_distributed_optimizer = true;
-  Ranks straight(config);
-  for (int i = 0; i < 4; ++i) straight.run();
-  Ranks stopped(config);
-  for (int i = 0; i < 2; ++i) stopped.run();
-  const HostState at_save = stopped.state();
-  stopped.ranks.each([&](Trainer& trainer, int) { production::save_trainer_checkpoint(trainer, directory); });
-  // The whole model as the export and `tandem check --load` read it (load_checkpoint assembles
-  // the shards' whole-model ranges).
-  const MainState<double> whole = checkpoint::read_main_state_widened(
-      make_model_layout(config.model), checkpoint::load_checkpoint(checkpoint::resolve_checkpoint_directory(directory)));
-  EXPECT_EQ(whole.params, std::vector<double>(at_save.params.begin(), at_save.params.end()));
-  EXPECT_EQ(whole.exp_avg_sq, std::vector<double>(at_save.exp_avg_sq.begin(), at_save.exp_avg_sq.end()));
-  Ranks resumed(config);
-  resumed.ranks.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, directory); });
-  expect_same_state(resumed.state(), at_save, "TP2 x DP2 resumed");
-  for (int i = 0; i < 2; ++i) resumed.run();
-  expect_same_state(resumed.state(), straight.state(), "TP2 x DP2: 2 + resume + 2 vs 4 straight");
+  const testing::SavedMidRun saved = testing::expect_resume_equals_straight(config, directory, "TP2 x DP2");
+  const HostState& at_save = saved.at_save;
+  EXPECT_EQ(saved.whole.params, std::vector<double>(at_save.params.begin(), at_save.params.end()));
+  EXPECT_EQ(saved.whole.exp_avg_sq, std::vector<double>(at_save.exp_avg_sq.begin(), at_save.exp_avg_sq.end()));
 
   // The same checkpoint at other layouts (the padded vocabulary 384 divides by 1, 2 and 4).
   for (const auto& [tp, dp, sp] : {std::tuple{1, 1, false}, std::tuple{4, 1, true}, std::tuple{2, 1, false},
                                    std::tuple{1, 2, false}}) {
     const RunConfig other = layout(tp, dp, sp);
     Ranks reshard(other);
-    reshard.ranks.each([&](Trainer& trainer, int) { production::resume_trainer_from(trainer, directory); });
+    reshard.resume_from(directory);
     expect_same_state(reshard.state(), at_save, "read at TP " + std::to_string(tp) + " x DP " + std::to_string(dp));
   }
   std::filesystem::remove_all(directory);

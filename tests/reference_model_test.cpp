@@ -174,6 +174,14 @@ void expect_gradient_matches(const GradientCheck& check) {
 // Each operation's forward against values known by construction (SPEC 4), so the finite
 // differences below prove the gradient of the right function.
 
+// The scalar objective of the finite-difference checks: an op's output dotted with fixed weights,
+// so the gradient it feeds back into the op is those weights. Summed in index order.
+Real50 weighted_sum(const std::vector<Real50>& weights, const std::vector<Real50>& values) {
+  Real50 sum = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) sum += weights[i] * values[i];
+  return sum;
+}
+
 TEST(ReferenceOpsForward, LinearUsesPyTorchsOutByInWeightAndAddsTheBias) {
   // Exact: small integers.
   const std::vector<double> weight = {1, 2, 3, 4, 5, 6};  // [out 3, in 2]
@@ -255,9 +263,7 @@ TEST(ReferenceOpsFiniteDifference, RmsNorm) {
     std::vector<Real50> output(rows * width);   // [rows, width]
     std::vector<Real50> inverse_rms(rows);      // [rows]
     rmsnorm_forward(at.data(), at.data() + rows * width, rows, width, epsilon, output.data(), inverse_rms.data());
-    Real50 objective_value = 0;
-    for (std::size_t i = 0; i < output.size(); ++i) objective_value += output_weights[i] * output[i];
-    return objective_value;
+    return weighted_sum(output_weights, output);
   };
   std::vector<Real50> output(rows * width);  // [rows, width]
   std::vector<Real50> inverse_rms(rows);     // [rows]
@@ -284,9 +290,7 @@ TEST(ReferenceOpsFiniteDifference, LinearWithBias) {
   };
   auto objective = [&](const std::vector<Real50>& at) {
     const std::vector<Real50> output = forward(at);
-    Real50 objective_value = 0;
-    for (std::size_t i = 0; i < output.size(); ++i) objective_value += output_weights[i] * output[i];
-    return objective_value;
+    return weighted_sum(output_weights, output);
   };
   std::vector<Real50> analytic(point.size(), Real50(0));
   linear_backward(point.data(), point.data() + weight_at, output_weights.data(), rows, in_features,
@@ -308,9 +312,7 @@ TEST(ReferenceOpsFiniteDifference, RopeRotateHalf) {
   const std::vector<Real50> output_weights = inputs.uniform_vector<Real50>(point.size(), -1, 1);
   auto objective = [&](std::vector<Real50> at) {
     rope_forward(at.data(), cosines.data(), sines.data(), rows, heads, head_dim);
-    Real50 objective_value = 0;
-    for (std::size_t i = 0; i < at.size(); ++i) objective_value += output_weights[i] * at[i];
-    return objective_value;
+    return weighted_sum(output_weights, at);
   };
   std::vector<Real50> analytic = output_weights;
   rope_backward(analytic.data(), cosines.data(), sines.data(), rows, heads, head_dim);
@@ -363,9 +365,7 @@ TEST(ReferenceOpsFiniteDifference, AttentionWithDocumentSpansAndGroupedQueries) 
     std::vector<Real50> scratch(probabilities.size());    // [H, rows, rows]
     attention_forward(at.data(), at.data() + key_at, at.data() + value_at,
                       test_case.attention_start.data(), shape, scratch.data(), context.data());
-    Real50 objective_value = 0;
-    for (std::size_t i = 0; i < context.size(); ++i) objective_value += output_weights[i] * context[i];
-    return objective_value;
+    return weighted_sum(output_weights, context);
   };
   std::vector<Real50> context(test_case.query_size());  // [rows, H*hd]
   attention_forward(point.data(), point.data() + key_at, point.data() + value_at,
@@ -378,6 +378,22 @@ TEST(ReferenceOpsFiniteDifference, AttentionWithDocumentSpansAndGroupedQueries) 
   expect_gradient_matches(check_gradient(objective, point, analytic, all_indices(point.size()), "attention"));
 }
 
+// The SwiGLU checks' objective: sum_i weights_i * swiglu(gate_i, up_i) over at = [gate, up], each
+// [count].
+Real50 weighted_swiglu(const std::vector<Real50>& at, const std::vector<Real50>& weights, std::int64_t count) {
+  std::vector<Real50> hidden(count);  // [count]
+  swiglu_forward(at.data(), at.data() + count, count, hidden.data());
+  return weighted_sum(weights, hidden);
+}
+
+// weighted_swiglu's analytic gradient at point, [gate, up].
+std::vector<Real50> weighted_swiglu_gradient(const std::vector<Real50>& point, const std::vector<Real50>& weights,
+                                             std::int64_t count) {
+  std::vector<Real50> analytic(point.size(), Real50(0));
+  swiglu_backward(point.data(), point.data() + count, weights.data(), count, analytic.data(), analytic.data() + count);
+  return analytic;
+}
+
 TEST(ReferenceOpsFiniteDifference, SwiGlu) {
   TestInputs inputs(15);
   const std::int64_t count = 9;
@@ -386,16 +402,8 @@ TEST(ReferenceOpsFiniteDifference, SwiGlu) {
   const std::vector<Real50> up = inputs.uniform_vector<Real50>(count, -2, 2);
   point.insert(point.end(), up.begin(), up.end());
   const std::vector<Real50> output_weights = inputs.uniform_vector<Real50>(count, -1, 1);
-  auto objective = [&](const std::vector<Real50>& at) {
-    std::vector<Real50> hidden(count);  // [count]
-    swiglu_forward(at.data(), at.data() + count, count, hidden.data());
-    Real50 objective_value = 0;
-    for (std::int64_t i = 0; i < count; ++i) objective_value += output_weights[static_cast<std::size_t>(i)] * hidden[static_cast<std::size_t>(i)];
-    return objective_value;
-  };
-  std::vector<Real50> analytic(point.size(), Real50(0));
-  swiglu_backward(point.data(), point.data() + count, output_weights.data(), count, analytic.data(),
-                  analytic.data() + count);
+  auto objective = [&](const std::vector<Real50>& at) { return weighted_swiglu(at, output_weights, count); };
+  std::vector<Real50> analytic = weighted_swiglu_gradient(point, output_weights, count);
   expect_gradient_matches(check_gradient(objective, point, analytic, all_indices(point.size()), "swiglu"));
 }
 
@@ -438,16 +446,8 @@ TEST(ReferenceOpsFiniteDifference, NegativeControlRejectsAPerturbedGradient) {
   const std::int64_t count = 5;
   std::vector<Real50> point = inputs.uniform_vector<Real50>(2 * count, -2, 2);  // [gate, up]
   const std::vector<Real50> output_weights = inputs.uniform_vector<Real50>(count, -1, 1);
-  auto objective = [&](const std::vector<Real50>& at) {
-    std::vector<Real50> hidden(count);  // [count]
-    swiglu_forward(at.data(), at.data() + count, count, hidden.data());
-    Real50 objective_value = 0;
-    for (std::int64_t i = 0; i < count; ++i) objective_value += output_weights[static_cast<std::size_t>(i)] * hidden[static_cast<std::size_t>(i)];
-    return objective_value;
-  };
-  std::vector<Real50> analytic(point.size(), Real50(0));
-  swiglu_backward(point.data(), point.data() + count, output_weights.data(), count, analytic.data(),
-                  analytic.data() + count);
+  auto objective = [&](const std::vector<Real50>& at) { return weighted_swiglu(at, output_weights, count); };
+  std::vector<Real50> analytic = weighted_swiglu_gradient(point, output_weights, count);
   const Real50 relative_perturbation("1e-18");
   analytic[2] *= 1 + relative_perturbation;
   const GradientCheck check = check_gradient(objective, point, analytic, all_indices(point.size()), "perturbed swiglu");

@@ -13,6 +13,7 @@
 #include "reference/model.hpp"
 #include "reference/trainer.hpp"
 #include "tests/support/synthetic_data.hpp"
+#include "tests/support/tiny_reference_model.hpp"
 
 namespace tandem {
 namespace {
@@ -23,12 +24,7 @@ using reference::Trainer;
 // A tiny model and run: 2 layers, width 16, 4 heads in 2 groups, 16 positions, GBS 8.
 RunConfig tiny_run(std::int64_t micro_batch_size, std::int64_t data_parallel) {
   RunConfig config;
-  config.model.num_layers = 2;
-  config.model.hidden_size = 16;
-  config.model.ffn_hidden_size = 32;
-  config.model.num_attention_heads = 4;
-  config.model.num_query_groups = 2;
-  config.model.seq_length = 16;
+  config.model = testing::tiny_reference_model();
   config.model.padded_vocab_size = 384;
   config.batch.micro_batch_size = micro_batch_size;
   config.batch.global_batch_size = 8;

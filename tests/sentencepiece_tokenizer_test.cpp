@@ -4,11 +4,8 @@
 // naming the option, the value, the rule and the fix). Agreement with Megatron's own
 // build_tokenizer over the PyPI sentencepiece, token for token and byte for byte on thousands of
 // characters, is tests/tokenizers/check_sentencepiece.py's (ctest -R SentencePieceTokenizer).
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +15,8 @@
 #include "core/data/indexed_dataset.hpp"
 #include "core/data/sentencepiece_model.hpp"
 #include "core/data/tokenizer.hpp"
+#include "tests/support/data_build.hpp"
+#include "tests/support/files.hpp"
 #include "tests/support/parse_run.hpp"
 #include "tests/support/run_tandem.hpp"
 
@@ -25,7 +24,6 @@ namespace tandem::data {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::CommandResult;
 using testing::run_tandem;
 
 // fixtures/tokenizers/regenerate-sentencepiece trains these (sentencepiece 0.2.0, one thread).
@@ -40,13 +38,6 @@ constexpr std::int32_t kBos = 1;
 constexpr std::int32_t kEos = 2;
 // With byte fallback the 256 byte pieces <0x00>..<0xFF> follow the meta pieces (unk, bos, eos).
 constexpr std::int32_t kFirstBytePiece = 3;
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 TEST(SentencePieceModel, ReadsTheModelsPiecesAndSpecialIds) {
   const auto llama2 = SentencePieceModel::load(kLlama2, "--tokenizer-model");
@@ -109,24 +100,10 @@ TEST(SentencePieceTokenizerIds, AsMegatronCoreTakesThem) {
   EXPECT_EQ(run.tokenizer.pad_token, kNoPadToken);
 }
 
-class SentencePieceBuild : public ::testing::Test {
+class SentencePieceBuild : public testing::DataBuildTest {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("tandem-sp-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(root_);
-    std::ofstream(root_ / "docs.jsonl") << R"({"text": "1234"})" << "\n"
-                                        << R"({"text": ""})" << "\n"
-                                        << "{\"text\": \"\xe0\xbc\x80\"}\n";
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  CommandResult build(std::vector<std::string> options) {
-    std::vector<std::string> arguments{"data", "build", "--input", (root_ / "docs.jsonl").string(), "--output-prefix",
-                                       (root_ / "ds").string()};
-    arguments.insert(arguments.end(), options.begin(), options.end());
-    return run_tandem(arguments, "", "2>&1");
-  }
-  fs::path root_;
+  SentencePieceBuild()
+      : DataBuildTest("sp", R"({"text": "1234"})" "\n" R"({"text": ""})" "\n" "{\"text\": \"\xe0\xbc\x80\"}\n") {}
 };
 
 // Each non-empty document is the model's encode_as_ids with the EOD (EOS) after it, no BOS; the
@@ -151,8 +128,8 @@ TEST_F(SentencePieceBuild, DocumentsAreEncodeAsIdsThenTheEod) {
 
 TEST_F(SentencePieceBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
   ASSERT_EQ(build({"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", kUnigram}).exit_code, 0);
-  const std::string bin = read_all(root_ / "ds_text_document.bin");
-  const std::string idx = read_all(root_ / "ds_text_document.idx");
+  const std::string bin = testing::bytes_of(root_ / "ds_text_document.bin");
+  const std::string idx = testing::bytes_of(root_ / "ds_text_document.idx");
   std::ofstream(root_ / "text.model") << "this is not a protobuf\n";
   const std::string missing = (root_ / "missing.model").string();
   const std::string text = (root_ / "text.model").string();
@@ -173,13 +150,9 @@ TEST_F(SentencePieceBuild, RefusalsNameTheOptionExitTwoAndKeepTheOldDataset) {
        "--vocab-file = " + kUnigram + ": is read only by --tokenizer-type GPT2BPETokenizer"},
   };
   for (const auto& refused : cases) {
-    const auto result = build(refused.options);
-    EXPECT_EQ(result.exit_code, 2) << result.output;
-    EXPECT_NE(result.output.find(refused.says), std::string::npos) << "expected \"" << refused.says << "\" in:\n"
-                                                                   << result.output;
-    EXPECT_NE(result.output.find("fix: "), std::string::npos) << result.output;
-    EXPECT_EQ(read_all(root_ / "ds_text_document.bin"), bin);
-    EXPECT_EQ(read_all(root_ / "ds_text_document.idx"), idx);
+    expect_build_refused(refused.options, refused.says);
+    EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.bin"), bin);
+    EXPECT_EQ(testing::bytes_of(root_ / "ds_text_document.idx"), idx);
   }
 }
 
